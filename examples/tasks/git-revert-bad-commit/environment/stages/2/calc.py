@@ -1,0 +1,16 @@
+"""Tiny calculator library."""
+
+
+def add(a, b):
+    """Return a + b."""
+    return a + b
+
+
+def subtract(a, b):
+    """Return a - b."""
+    return a - b
+
+
+def multiply(a, b):
+    """Return a * b."""
+    return a * b

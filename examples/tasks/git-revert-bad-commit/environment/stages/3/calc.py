@@ -1,0 +1,17 @@
+"""Tiny calculator library."""
+
+
+def add(a, b):
+    """Return a + b."""
+    return a + b
+
+
+def subtract(a, b):
+    """Return a - b."""
+    difference = b - a
+    return difference
+
+
+def multiply(a, b):
+    """Return a * b."""
+    return a * b

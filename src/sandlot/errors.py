@@ -1,0 +1,55 @@
+"""Typed trial errors.
+
+A trial never fails with a bare traceback: every failure is one of these kinds, recorded in
+result.json, so a reader can tell "the agent failed the task" from "the harness broke".
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class ErrorKind(StrEnum):
+    """What went wrong in a trial. Infra kinds are retried; the rest are the agent's result."""
+
+    SANDBOX_SETUP_FAILED = "sandbox_setup_failed"
+    BUILD_FAILED = "build_failed"
+    BUILD_TIMEOUT = "build_timeout"
+    AGENT_TIMEOUT = "agent_timeout"
+    AGENT_ERROR = "agent_error"
+    VERIFIER_TIMEOUT = "verifier_timeout"
+    VERIFIER_ERROR = "verifier_error"
+    REWARD_MISSING = "reward_missing"
+    REWARD_PARSE_ERROR = "reward_parse_error"
+    MEMORY_LIMIT = "memory_limit"
+    PIDS_LIMIT = "pids_limit"
+    CANCELLED = "cancelled"
+    INTERNAL_ERROR = "internal_error"
+
+
+#: Kinds caused by the machine, not by the agent or the task: worth another try.
+RETRYABLE_KINDS: frozenset[ErrorKind] = frozenset(
+    {ErrorKind.SANDBOX_SETUP_FAILED, ErrorKind.INTERNAL_ERROR}
+)
+
+
+class TrialError(Exception):
+    """Raised inside a trial phase; the trial turns it into result.json's `error`."""
+
+    def __init__(self, kind: ErrorKind, message: str, phase: str | None = None) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+        self.phase = phase
+
+
+class SandboxError(Exception):
+    """The sandbox backend could not do what was asked (not a command's own failure)."""
+
+
+class TaskLoadError(Exception):
+    """A task folder cannot be run; carries every problem found, not just the first."""
+
+    def __init__(self, problems: list[object]) -> None:
+        self.problems = problems
+        super().__init__("\n".join(str(p) for p in problems))

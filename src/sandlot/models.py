@@ -1,0 +1,101 @@
+"""Pydantic models for the files sandlot writes and reads: job config, trial result, summary.
+
+Field names here are a contract with other tools (viewers, notebooks); rename nothing.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from sandlot.errors import ErrorKind
+
+SCHEMA_VERSION = 1
+
+AgentNetwork = Literal["none", "public"]
+
+
+def utc_now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+class JobConfig(BaseModel):
+    """Everything that decides what a job runs; stored as jobs/<job>/config.json."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    schema_version: int = SCHEMA_VERSION
+    job_name: str = Field(description="Folder name under jobs_dir; reuse it to resume.")
+    tasks_dir: str = Field(description="Absolute path of the folder of tasks.")
+    task_names: list[str] = Field(description="Tasks selected after include/exclude/n_tasks.")
+    agent: str = Field(description="Agent name from the registry, or module:Class.")
+    model: str | None = Field(default=None, description="Model name passed to the agent.")
+    n_attempts: int = Field(default=1, ge=1, description="Trials per task (the k of pass@k).")
+    n_concurrent: int = Field(default=1, ge=1, description="Trials running at once.")
+    max_retries: int = Field(default=0, ge=0, description="Extra tries for infra errors.")
+    timeout_multiplier: float = Field(default=1.0, gt=0, description="Scales every timeout.")
+    agent_network: AgentNetwork | None = Field(
+        default=None, description="Override the agent phase network; None = task's choice."
+    )
+    sandbox: str = Field(default="local", description="Sandbox backend name.")
+    jobs_dir: str = Field(description="Absolute path of the jobs folder.")
+
+    #: Settings a resumed job may change without changing what it measures.
+    RESUMABLE_CHANGES: frozenset[str] = frozenset({"n_concurrent", "max_retries", "jobs_dir"})
+
+
+class ErrorInfo(BaseModel):
+    kind: ErrorKind
+    message: str
+    phase: str | None = None
+
+
+class TrialResult(BaseModel):
+    """One trial's outcome: jobs/<job>/<task>__<attempt>/result.json."""
+
+    schema_version: int = SCHEMA_VERSION
+    trial_name: str
+    task: str
+    attempt: int
+    agent: str
+    model: str | None = None
+    reward: float | None = Field(default=None, description="Headline reward, null if none.")
+    rewards: dict[str, float] = Field(default_factory=dict)
+    passed: bool = False
+    error: ErrorInfo | None = None
+    timing: dict[str, float] = Field(default_factory=dict, description="Seconds per phase.")
+    script_time_sec: float = Field(
+        default=0.0, description="Time spent in the task's own scripts (build, agent, tests)."
+    )
+    tries: int = Field(default=1, description="How many tries this result took (retries + 1).")
+    started_at: str = Field(default_factory=utc_now)
+    finished_at: str | None = None
+    task_digest: str | None = None
+
+
+class PhaseTiming(BaseModel):
+    mean_sec: float
+    total_sec: float
+
+
+class JobSummary(BaseModel):
+    """Aggregates over finished trials: jobs/<job>/summary.json, rewritten after each trial."""
+
+    schema_version: int = SCHEMA_VERSION
+    job_name: str
+    agent: str
+    model: str | None = None
+    n_trials_planned: int
+    n_trials: int
+    n_passed: int
+    n_failed: int
+    n_errored: int
+    pass_rate: float | None = Field(description="passed / (passed + failed); errors excluded.")
+    mean_reward: float | None = Field(description="Mean headline reward of non-errored trials.")
+    pass_at_k: dict[str, float] = Field(default_factory=dict)
+    errors_by_kind: dict[str, int] = Field(default_factory=dict)
+    timing: dict[str, PhaseTiming] = Field(default_factory=dict)
+    complete: bool = False
+    updated_at: str = Field(default_factory=utc_now)

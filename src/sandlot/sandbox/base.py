@@ -1,0 +1,100 @@
+"""The sandbox plane: a small Protocol every backend (local, docker, remote) implements."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal, Protocol
+
+Network = Literal["none", "outbound"]
+
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    stdout: str
+    stderr: str
+    exit_code: int | None
+    duration_sec: float
+    timed_out: bool = False
+    limit_hit: Literal["memory", "pids"] | None = None
+    truncated: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and not self.timed_out
+
+
+@dataclass(frozen=True)
+class SandboxSpec:
+    """What a sandbox looks like from inside, independent of the backend."""
+
+    name: str
+    workdir: str
+    env: dict[str, str] = field(default_factory=dict)
+    memory_mb: int | None = None
+    cpus: float | None = None
+    pids_max: int | None = 4096
+    #: Host folders bound into the sandbox (host path -> sandbox path), e.g. /logs/agent.
+    binds: dict[Path, str] = field(default_factory=dict)
+    #: Host paths hidden inside the sandbox (the tasks, jobs and cache folders).
+    masked_paths: tuple[Path, ...] = ()
+    #: Read-only layers (oldest last) stacked over the base image, e.g. a cached build.
+    layers: tuple[Path, ...] = ()
+
+
+class Sandbox(Protocol):
+    """One isolated machine for one trial.
+
+    Contract: `start` before anything else; `exec` runs one command to completion (or to its
+    timeout, after which every process it started is dead); `upload`/`download` copy files
+    in and out; `stop` removes every process and every byte the sandbox created on the host
+    and is safe to call twice or after a failed `start`.
+    """
+
+    spec: SandboxSpec
+
+    async def start(self) -> None:
+        """Create the sandbox. Raises: SandboxError if the backend cannot."""
+        ...
+
+    async def exec(
+        self,
+        command: list[str] | str,
+        *,
+        timeout_sec: float | None = None,
+        env: dict[str, str] | None = None,
+        cwd: str | None = None,
+        user: str | None = None,
+        network: Network = "none",
+        stdin: bytes | None = None,
+        max_output_bytes: int = 8 * 1024 * 1024,
+    ) -> ExecResult:
+        """Run `command` (argv, or a string for `bash -c`) inside the sandbox.
+
+        Args:
+            timeout_sec: kill the command and all it started after this long.
+            env: added to the sandbox's env for this command only.
+            cwd: working directory; defaults to the spec's workdir.
+            user: run as this user instead of root.
+            network: "none" (loopback only) or "outbound" (NAT, host loopback unreachable).
+        Raises: SandboxError if the command could not be started at all.
+        """
+        ...
+
+    async def upload(self, local: Path, remote: str) -> None:
+        """Copy a host file or folder to `remote` (a path inside), replacing what is there."""
+        ...
+
+    async def download(self, remote: str, local: Path) -> None:
+        """Copy a file or folder from inside the sandbox to the host."""
+        ...
+
+    async def remove(self, remote: str) -> None:
+        """Delete a path inside the sandbox (missing is fine)."""
+        ...
+
+    async def stop(self) -> None:
+        """Kill everything and delete the sandbox's state."""
+        ...

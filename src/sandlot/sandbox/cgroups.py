@@ -1,0 +1,140 @@
+"""Per-sandbox resource limits through cgroup v1 (memory, pids, cpu), where writable.
+
+Each sandbox gets `<our cgroup>/sandlot/<owner pid>-<name>` in every controller we use, so
+limits nest under whatever limits sandlot itself runs in, and groups left behind by a killed
+sandlot (owner pid gone) are swept on the next start.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+from dataclasses import dataclass, field
+from pathlib import Path
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+CONTROLLERS = ("memory", "pids", "cpu")
+CPU_PERIOD_US = 100_000
+
+
+def _own_path(controller: str) -> Path | None:
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, names, path = line.split(":", 2)
+        if controller in names.split(","):
+            return CGROUP_ROOT / controller / path.lstrip("/")
+    return None
+
+
+def _base(controller: str) -> Path | None:
+    own = _own_path(controller)
+    if own is None or not (own / "cgroup.procs").exists():
+        return None
+    return own / "sandlot"
+
+
+def _read_int_field(path: Path, key: str) -> int:
+    try:
+        for line in path.read_text().splitlines():
+            k, _, v = line.partition(" ")
+            if k == key:
+                return int(v)
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def _kill_and_remove(group: Path) -> None:
+    for _ in range(50):
+        try:
+            pids = [int(p) for p in (group / "cgroup.procs").read_text().split()]
+        except OSError:
+            pids = []
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        try:
+            group.rmdir()
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            import time
+
+            time.sleep(0.02)
+
+
+def sweep_stale() -> int:
+    """Remove groups whose owning sandlot process is gone; returns how many."""
+    removed = 0
+    for controller in CONTROLLERS:
+        base = _base(controller)
+        if base is None or not base.is_dir():
+            continue
+        for group in base.iterdir():
+            owner = group.name.split("-", 1)[0]
+            if owner.isdigit() and not Path(f"/proc/{owner}").exists():
+                _kill_and_remove(group)
+                removed += 1
+    return removed
+
+
+@dataclass
+class CgroupLimits:
+    """One sandbox's groups; `procs_files` is where a new process writes its pid."""
+
+    name: str
+    groups: dict[str, Path] = field(default_factory=dict)
+
+    @classmethod
+    def create(cls, name: str, memory_mb: int | None, cpus: float | None,
+               pids_max: int | None) -> CgroupLimits:
+        limits = cls(name=f"{os.getpid()}-{name}")
+        wanted = {"memory": memory_mb, "pids": pids_max, "cpu": cpus}
+        for controller, value in wanted.items():
+            if value is None:
+                continue
+            base = _base(controller)
+            if base is None:
+                continue
+            group = base / limits.name
+            try:
+                group.mkdir(parents=True, exist_ok=True)
+                if controller == "memory":
+                    (group / "memory.limit_in_bytes").write_text(str(int(value) * 1024 * 1024))
+                    with contextlib.suppress(OSError):
+                        (group / "memory.memsw.limit_in_bytes").write_text(
+                            str(int(value) * 1024 * 1024))
+                elif controller == "pids":
+                    (group / "pids.max").write_text(str(int(value)))
+                elif controller == "cpu":
+                    (group / "cpu.cfs_period_us").write_text(str(CPU_PERIOD_US))
+                    (group / "cpu.cfs_quota_us").write_text(str(int(float(value) * CPU_PERIOD_US)))
+            except OSError:
+                with contextlib.suppress(OSError):
+                    group.rmdir()
+                continue
+            limits.groups[controller] = group
+        return limits
+
+    @property
+    def procs_files(self) -> list[str]:
+        return [str(g / "cgroup.procs") for g in self.groups.values()]
+
+    def counters(self) -> tuple[int, int]:
+        """(OOM kills, fork refusals) so far; compare before/after a command."""
+        oom = pids = 0
+        if "memory" in self.groups:
+            oom = _read_int_field(self.groups["memory"] / "memory.oom_control", "oom_kill")
+        if "pids" in self.groups:
+            pids = _read_int_field(self.groups["pids"] / "pids.events", "max")
+        return oom, pids
+
+    def destroy(self) -> None:
+        for group in self.groups.values():
+            _kill_and_remove(group)
+        self.groups.clear()

@@ -1,0 +1,324 @@
+"""The local sandbox: bubblewrap namespaces over a per-trial overlay of the host's root.
+
+A long-lived "holder" process owns a private mount namespace (where the overlay is mounted)
+and a network namespace (where slirp4netns gives NAT when a phase needs outbound access).
+Every exec enters the holder's mount namespace and starts bwrap with its own PID namespace,
+so when an exec ends or times out, every process it started dies with it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import signal
+import time
+from pathlib import Path
+from typing_extensions import override
+
+from sandlot.errors import SandboxError
+from sandlot.sandbox.base import DEFAULT_PATH, ExecResult, Network, SandboxSpec
+from sandlot.sandbox.cgroups import CgroupLimits
+from sandlot.sandbox.procutil import child_setup, read_capped
+
+#: Host paths every sandbox sees as empty folders: no host secrets, no host HOME.
+DEFAULT_MASKS = ("/root", "/home", "/tmp", "/var/tmp", "/run", "/mnt", "/media", "/srv",
+                 "/opt/sandlot")
+#: Docker's default capability set (no SYS_ADMIN: no mounting, no escaping the overlay).
+CAPS = ("CHOWN", "DAC_OVERRIDE", "FSETID", "FOWNER", "MKNOD", "NET_RAW", "SETGID", "SETUID",
+        "SETFCAP", "SETPCAP", "NET_BIND_SERVICE", "SYS_CHROOT", "KILL", "AUDIT_WRITE")
+SLIRP_DNS = "10.0.2.3"
+REQUIRED_TOOLS = ("bwrap", "unshare", "nsenter", "mount")
+INSTALL_HINT = "install it with: apt-get install -y bubblewrap slirp4netns util-linux"
+
+
+def _mask_layer(root: Path, masks: list[Path]) -> None:
+    """Opaque empty dirs: an overlay layer that hides what is below them."""
+    for host_path in masks:
+        target = root / str(host_path).lstrip("/")
+        target.mkdir(parents=True, exist_ok=True)
+        os.setxattr(target, "trusted.overlay.opaque", b"y")
+
+
+class LocalSandbox:
+    """Linux namespaces + overlayfs; needs root, bubblewrap and (for network) slirp4netns."""
+
+    def __init__(self, spec: SandboxSpec, scratch_dir: Path, upper_dir: Path | None = None):
+        self.spec = spec
+        self.scratch = scratch_dir
+        self._upper = upper_dir or scratch_dir / "upper"
+        self._keep_upper = upper_dir is not None
+        self._merged = scratch_dir / "merged"
+        self._holder: asyncio.subprocess.Process | None = None
+        self._slirp: asyncio.subprocess.Process | None = None
+        self._net_lock = asyncio.Lock()
+        self._cgroups: CgroupLimits | None = None
+        self._layer_work: Path | None = None
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    @override
+    async def start(self) -> None:
+        if os.geteuid() != 0:
+            raise SandboxError("the local sandbox needs root (overlay mounts); run as root")
+        for tool in REQUIRED_TOOLS:
+            if shutil.which(tool) is None:
+                raise SandboxError(f"{tool} not found; {INSTALL_HINT}")
+        work = self.scratch / "work"
+        for d in (self._upper, work, self._merged):
+            d.mkdir(parents=True, exist_ok=True)
+        if len(self.spec.layers) > 1:
+            raise SandboxError("the local sandbox stacks at most one cached layer")
+        layer = self.spec.layers[0] if self.spec.layers else None
+        hide = [Path(p) for p in DEFAULT_MASKS if Path(p).exists()]
+        hide += [p.resolve() for p in self.spec.masked_paths if p.exists()]
+        hide = [p for p in hide if p != Path("/") and not Path(self.spec.workdir).is_relative_to(p)
+                and not (layer is not None and (layer / str(p).lstrip("/")).exists())]
+        try:
+            _mask_layer(self._upper, hide)
+        except OSError as exc:
+            raise SandboxError(f"cannot hide host paths in {self._upper}: {exc}") from exc
+        lower = "/"
+        script = ""
+        if layer is not None:
+            # Overlayfs refuses two lower layers on the same filesystem as "/", so the cached
+            # layer is the upper of a read-only overlay that becomes this sandbox's lower.
+            layer_view = self.scratch / "layer"
+            layer_view.mkdir(exist_ok=True)
+            self._layer_work = layer.parent / f"work-{os.getpid()}-{self.spec.name}"
+            self._layer_work.mkdir(parents=True, exist_ok=True)
+            script += (f'mount -t overlay overlay -o "ro,lowerdir=/,upperdir={layer},'
+                       f'workdir={self._layer_work}" "{layer_view}" || exit 96; ')
+            lower = str(layer_view)
+        opts = f"lowerdir={lower},upperdir={self._upper},workdir={work}"
+        script += (
+            f'mount -t overlay overlay -o "{opts}" "{self._merged}" || exit 97; '
+            "ip link set lo up 2>/dev/null; echo ready; exec sleep infinity"
+        )
+        self._cgroups = CgroupLimits.create(
+            self.spec.name, self.spec.memory_mb, self.spec.cpus, self.spec.pids_max
+        )
+        self._holder = await asyncio.create_subprocess_exec(
+            "unshare", "--mount", "--net", "--propagation", "private", "--", "/bin/sh", "-c",
+            script,
+            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE, preexec_fn=child_setup(),
+        )
+        assert self._holder.stdout is not None
+        try:
+            line = await asyncio.wait_for(self._holder.stdout.readline(), 30)
+        except TimeoutError:
+            line = b""
+        if line.strip() != b"ready":
+            err = b""
+            if self._holder.stderr is not None:
+                with contextlib.suppress(TimeoutError):
+                    err = await asyncio.wait_for(self._holder.stderr.read(4096), 2)
+            await self.stop()
+            raise SandboxError(f"overlay mount failed: {err.decode(errors='replace').strip()}")
+        await asyncio.to_thread(self._prepare_root)
+
+    def _prepare_root(self) -> None:
+        root = self.host_path("/")
+        (root / self.spec.workdir.lstrip("/")).mkdir(parents=True, exist_ok=True)
+        for sandbox_path in self.spec.binds.values():
+            (root / sandbox_path.lstrip("/")).mkdir(parents=True, exist_ok=True)
+        resolv = root / "etc/resolv.conf"
+        with contextlib.suppress(OSError):
+            if resolv.is_symlink() or resolv.exists():
+                resolv.unlink()
+            resolv.write_text(f"nameserver {SLIRP_DNS}\n")
+
+    def host_path(self, sandbox_path: str) -> Path:
+        """Where `sandbox_path` is reachable from the host: through the holder's mounts."""
+        if self._holder is None:
+            raise SandboxError("sandbox not started")
+        return Path(f"/proc/{self._holder.pid}/root") / str(self._merged).lstrip("/") / (
+            sandbox_path.lstrip("/"))
+
+    @override
+    async def stop(self) -> None:
+        for proc in (self._slirp, self._holder):
+            if proc is not None and proc.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
+                with contextlib.suppress(Exception):
+                    await proc.wait()
+        self._slirp = None
+        self._holder = None
+        if self._cgroups is not None:
+            await asyncio.to_thread(self._cgroups.destroy)
+            self._cgroups = None
+        await asyncio.to_thread(self._remove_scratch)
+
+    def _remove_scratch(self) -> None:
+        if self._layer_work is not None:
+            shutil.rmtree(self._layer_work, ignore_errors=True)
+        if self._keep_upper:
+            for name in ("work", "merged", "layer"):
+                shutil.rmtree(self.scratch / name, ignore_errors=True)
+        else:
+            shutil.rmtree(self.scratch, ignore_errors=True)
+
+    # -- network ---------------------------------------------------------------------------
+
+    async def _ensure_network(self) -> None:
+        async with self._net_lock:
+            if self._slirp is not None and self._slirp.returncode is None:
+                return
+            if shutil.which("slirp4netns") is None:
+                raise SandboxError(f"slirp4netns not found; {INSTALL_HINT}")
+            assert self._holder is not None
+            read_fd, write_fd = os.pipe()
+            try:
+                self._slirp = await asyncio.create_subprocess_exec(
+                    "slirp4netns", "--configure", "--mtu=65520", "--disable-host-loopback",
+                    f"--ready-fd={write_fd}", str(self._holder.pid), "tap0",
+                    stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
+                    stderr=asyncio.subprocess.DEVNULL, pass_fds=(write_fd,),
+                    preexec_fn=child_setup(),
+                )
+            finally:
+                os.close(write_fd)
+            try:
+                ready = await asyncio.wait_for(asyncio.to_thread(os.read, read_fd, 1), 15)
+            except TimeoutError:
+                ready = b""
+            finally:
+                os.close(read_fd)
+            if ready != b"1":
+                raise SandboxError("slirp4netns did not configure the sandbox network")
+
+    # -- exec ------------------------------------------------------------------------------
+
+    def _bwrap_argv(self, command: list[str], env: dict[str, str], cwd: str, user: str | None,
+                    network: Network) -> list[str]:
+        assert self._holder is not None
+        pid = self._holder.pid
+        argv = ["nsenter", f"--mount=/proc/{pid}/ns/mnt"]
+        if network == "outbound":
+            argv.append(f"--net=/proc/{pid}/ns/net")
+        argv += ["bwrap", "--bind", str(self._merged), "/", "--dev", "/dev", "--proc", "/proc",
+                 "--ro-bind", "/sys", "/sys"]
+        for host, inside in self.spec.binds.items():
+            argv += ["--bind", str(host), inside]
+        argv += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+                 "--hostname", "sandbox", "--die-with-parent", "--new-session",
+                 "--cap-drop", "ALL"]
+        if network == "none":
+            argv.append("--unshare-net")
+        for cap in CAPS:
+            argv += ["--cap-add", f"CAP_{cap}"]
+        argv.append("--clearenv")
+        for key, value in env.items():
+            argv += ["--setenv", key, value]
+        argv += ["--chdir", cwd, "--"]
+        if user is not None:
+            argv += ["setpriv", f"--reuid={user}", f"--regid={user}", "--init-groups", "--"]
+        return argv + command
+
+    def _env(self, extra: dict[str, str] | None) -> dict[str, str]:
+        env = {"PATH": DEFAULT_PATH, "HOME": "/root", "LANG": "C.UTF-8", "TERM": "dumb"}
+        env.update(self.spec.env)
+        env.update(extra or {})
+        return env
+
+    @override
+    async def exec(
+        self,
+        command: list[str] | str,
+        *,
+        timeout_sec: float | None = None,
+        env: dict[str, str] | None = None,
+        cwd: str | None = None,
+        user: str | None = None,
+        network: Network = "none",
+        stdin: bytes | None = None,
+        max_output_bytes: int = 8 * 1024 * 1024,
+    ) -> ExecResult:
+        if self._holder is None or self._holder.returncode is not None:
+            raise SandboxError("sandbox is not running")
+        if network == "outbound":
+            await self._ensure_network()
+        argv = command if isinstance(command, list) else ["bash", "-c", command]
+        full = self._bwrap_argv(argv, self._env(env), cwd or self.spec.workdir, user, network)
+        cg = self._cgroups
+        before = cg.counters() if cg else (0, 0)
+        started = time.monotonic()
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *full,
+                stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+                preexec_fn=child_setup(cg.procs_files if cg else None),
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise SandboxError(f"cannot start bwrap: {exc}") from exc
+        if stdin is not None and proc.stdin is not None:
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                proc.stdin.write(stdin)
+                await proc.stdin.drain()
+            proc.stdin.close()
+        readers = asyncio.gather(read_capped(proc.stdout, max_output_bytes),
+                                 read_capped(proc.stderr, max_output_bytes))
+        timed_out = False
+        try:
+            async with asyncio.timeout(timeout_sec):
+                await proc.wait()
+        except TimeoutError:
+            timed_out = True
+        finally:
+            if proc.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                await proc.wait()
+        try:
+            (out, out_trunc), (err, err_trunc) = await asyncio.wait_for(readers, 10)
+        except TimeoutError:
+            out, out_trunc, err, err_trunc = b"", True, b"", True
+        after = cg.counters() if cg else (0, 0)
+        limit = None
+        if after[0] > before[0]:
+            limit = "memory"
+        elif after[1] > before[1]:
+            limit = "pids"
+        return ExecResult(
+            stdout=out.decode(errors="replace"), stderr=err.decode(errors="replace"),
+            exit_code=None if timed_out else proc.returncode,
+            duration_sec=time.monotonic() - started, timed_out=timed_out, limit_hit=limit,
+            truncated=out_trunc or err_trunc,
+        )
+
+    # -- files -----------------------------------------------------------------------------
+
+    @override
+    async def upload(self, local: Path, remote: str) -> None:
+        await asyncio.to_thread(self._copy, local, self.host_path(remote))
+
+    @override
+    async def download(self, remote: str, local: Path) -> None:
+        await asyncio.to_thread(self._copy, self.host_path(remote), local)
+
+    @override
+    async def remove(self, remote: str) -> None:
+        await asyncio.to_thread(self._rm, self.host_path(remote))
+
+    @staticmethod
+    def _rm(path: Path) -> None:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        elif path.exists() or path.is_symlink():
+            path.unlink()
+
+    @classmethod
+    def _copy(cls, src: Path, dst: Path) -> None:
+        if not src.exists():
+            raise SandboxError(f"cannot copy {src}: it does not exist")
+        cls._rm(dst)
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        if src.is_dir():
+            shutil.copytree(src, dst, symlinks=True)
+        else:
+            shutil.copy2(src, dst)

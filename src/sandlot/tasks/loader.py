@@ -1,0 +1,113 @@
+"""Find task folders and load one into a `Task` the rest of sandlot can run."""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import os
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from sandlot.errors import TaskLoadError
+from sandlot.tasks.config import TaskConfig
+from sandlot.tasks.dockerfile import DockerfilePlan, parse_dockerfile
+
+DEFAULT_WORKDIR = "/app"
+
+
+@dataclass(frozen=True)
+class Task:
+    name: str
+    path: Path
+    config: TaskConfig
+    instruction: str
+    dockerfile: DockerfilePlan | None
+    digest: str
+
+    @property
+    def environment_dir(self) -> Path:
+        return self.path / "environment"
+
+    @property
+    def tests_dir(self) -> Path:
+        return self.path / "tests"
+
+    @property
+    def solution_dir(self) -> Path:
+        return self.path / "solution"
+
+    @property
+    def workdir(self) -> str:
+        """task.toml's workdir, else the Dockerfile's last WORKDIR, else /app."""
+        if self.config.environment.workdir:
+            return self.config.environment.workdir
+        if self.dockerfile and self.dockerfile.workdir:
+            return self.dockerfile.workdir
+        return DEFAULT_WORKDIR
+
+    @property
+    def env(self) -> dict[str, str]:
+        """Environment every phase sees: Dockerfile ENV, then task.toml [environment] env."""
+        base = dict(self.dockerfile.env) if self.dockerfile else {}
+        return {**base, **self.config.environment.env}
+
+
+def hash_tree(root: Path) -> str:
+    """Content digest of a folder (paths, modes, bytes), stable across machines."""
+    h = hashlib.sha256()
+    if not root.exists():
+        return h.hexdigest()
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        for name in sorted(filenames):
+            p = Path(dirpath) / name
+            rel = p.relative_to(root).as_posix()
+            h.update(rel.encode() + b"\0")
+            if p.is_symlink():
+                h.update(b"L" + os.readlink(p).encode())
+            else:
+                h.update(oct(p.stat().st_mode & 0o777).encode())
+                h.update(p.read_bytes())
+            h.update(b"\0")
+    return h.hexdigest()
+
+
+def load_task(path: Path) -> Task:
+    """Load a task that `check_task` found valid; raises TaskLoadError otherwise."""
+    from sandlot.tasks.check import check_task
+
+    problems = [p for p in check_task(path) if p.severity == "error"]
+    if problems:
+        raise TaskLoadError(problems)
+    config = TaskConfig.model_validate(tomllib.loads((path / "task.toml").read_text()))
+    dockerfile_path = path / "environment" / "Dockerfile"
+    plan = parse_dockerfile(dockerfile_path.read_text()) if dockerfile_path.exists() else None
+    return Task(
+        name=path.name,
+        path=path.resolve(),
+        config=config,
+        instruction=(path / "instruction.md").read_text(),
+        dockerfile=plan,
+        digest=hash_tree(path / "environment"),
+    )
+
+
+def discover_tasks(
+    root: Path,
+    include: list[str] | None = None,
+    exclude: list[str] | None = None,
+    n_tasks: int | None = None,
+) -> list[Path]:
+    """Every subfolder holding a task.toml (or `root` itself if it is one), filtered by name."""
+    if (root / "task.toml").exists():
+        found = [root]
+    else:
+        found = sorted(p.parent for p in root.glob("*/task.toml"))
+    if include:
+        found = [p for p in found if any(fnmatch.fnmatch(p.name, g) for g in include)]
+    if exclude:
+        found = [p for p in found if not any(fnmatch.fnmatch(p.name, g) for g in exclude)]
+    if n_tasks is not None:
+        found = found[:n_tasks]
+    return found
