@@ -41,6 +41,8 @@ class JobConfig(BaseModel):
     )
     sandbox: str = Field(default="local", description="Sandbox backend name.")
     jobs_dir: str = Field(description="Absolute path of the jobs folder.")
+    task_digests: dict[str, str] = Field(
+        default_factory=dict, description="Content digest of each task folder, to spot edits.")
 
     #: Settings a resumed job may change without changing what it measures.
     RESUMABLE_CHANGES: frozenset[str] = frozenset({"n_concurrent", "max_retries", "jobs_dir"})
@@ -73,6 +75,9 @@ class TrialResult(BaseModel):
     started_at: str = Field(default_factory=utc_now)
     finished_at: str | None = None
     task_digest: str | None = None
+    sandbox: str = "local"
+    agent_exit_code: int | None = Field(default=None, description="Exit code of the agent.")
+    verifier_exit_code: int | None = Field(default=None, description="Exit code of test.sh.")
 
 
 class PhaseTiming(BaseModel):
@@ -93,9 +98,13 @@ class JobSummary(BaseModel):
     n_failed: int
     n_errored: int
     pass_rate: float | None = Field(description="passed / (passed + failed); errors excluded.")
+    pass_rate_all: float | None = Field(
+        default=None, description="passed / n_trials: errors counted as not passed.")
     mean_reward: float | None = Field(description="Mean headline reward of non-errored trials.")
     pass_at_k: dict[str, float] = Field(default_factory=dict)
     errors_by_kind: dict[str, int] = Field(default_factory=dict)
     timing: dict[str, PhaseTiming] = Field(default_factory=dict)
+    n_resumed: int = Field(default=0, description="Trials kept from an earlier run.")
+    n_cancelled: int = 0
     complete: bool = False
     updated_at: str = Field(default_factory=utc_now)

@@ -98,3 +98,32 @@ class Sandbox(Protocol):
     async def stop(self) -> None:
         """Kill everything and delete the sandbox's state."""
         ...
+
+
+@dataclass(frozen=True)
+class EnvironmentRequest:
+    """What a trial asks a backend for: the task's environment/ folder and how to shape it."""
+
+    spec: SandboxSpec
+    environment_dir: Path
+    #: Content digest of environment/, the key of any cached build.
+    digest: str
+    build_timeout_sec: float
+    #: Host folder for build logs of this trial.
+    log_dir: Path
+
+
+class SandboxBackend(Protocol):
+    """Makes sandboxes of one kind (local, docker, remote) for a job.
+
+    Contract: `create` prepares the task's environment (building and caching what it can)
+    and returns a started Sandbox; `sweep` removes what a killed earlier run left behind.
+    Raises: TrialError (BUILD_FAILED, BUILD_TIMEOUT) for the task's own build problems,
+    SandboxError when the backend itself cannot work.
+    """
+
+    name: str
+
+    async def create(self, request: EnvironmentRequest) -> Sandbox: ...
+
+    async def sweep(self) -> int: ...

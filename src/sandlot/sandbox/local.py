@@ -41,6 +41,31 @@ def _mask_layer(root: Path, masks: list[Path]) -> None:
         os.setxattr(target, "trusted.overlay.opaque", b"y")
 
 
+def resolve_inside(root: Path, path: str, max_links: int = 40) -> Path:
+    """`root/path` with every symlink but the last component resolved as if `root` were /."""
+    parts = [p for p in path.split("/") if p not in ("", ".")]
+    resolved: list[str] = []
+    links = 0
+    while parts:
+        part = parts.pop(0)
+        if part == "..":
+            if resolved:
+                resolved.pop()
+            continue
+        candidate = root.joinpath(*resolved, part)
+        if parts and candidate.is_symlink():
+            links += 1
+            if links > max_links:
+                raise SandboxError(f"too many symlinks resolving {path} inside the sandbox")
+            target = os.readlink(candidate)
+            if target.startswith("/"):
+                resolved = []
+            parts = [p for p in target.split("/") if p not in ("", ".")] + parts
+            continue
+        resolved.append(part)
+    return root.joinpath(*resolved)
+
+
 class LocalSandbox:
     """Linux namespaces + overlayfs; needs root, bubblewrap and (for network) slirp4netns."""
 
@@ -131,11 +156,15 @@ class LocalSandbox:
             resolv.write_text(f"nameserver {SLIRP_DNS}\n")
 
     def host_path(self, sandbox_path: str) -> Path:
-        """Where `sandbox_path` is reachable from the host: through the holder's mounts."""
+        """Where `sandbox_path` is reachable from the host: through the holder's mounts.
+
+        Symlinks on the way are resolved inside the sandbox's root, never the host's, so
+        a link planted by an agent (`/logs -> /home`) cannot point a copy at host files.
+        """
         if self._holder is None:
             raise SandboxError("sandbox not started")
-        return Path(f"/proc/{self._holder.pid}/root") / str(self._merged).lstrip("/") / (
-            sandbox_path.lstrip("/"))
+        root = Path(f"/proc/{self._holder.pid}/root") / str(self._merged).lstrip("/")
+        return resolve_inside(root, sandbox_path)
 
     @override
     async def stop(self) -> None:
@@ -314,11 +343,11 @@ class LocalSandbox:
 
     @classmethod
     def _copy(cls, src: Path, dst: Path) -> None:
-        if not src.exists():
+        if not src.exists() and not src.is_symlink():
             raise SandboxError(f"cannot copy {src}: it does not exist")
         cls._rm(dst)
         dst.parent.mkdir(parents=True, exist_ok=True)
-        if src.is_dir():
+        if src.is_dir() and not src.is_symlink():
             shutil.copytree(src, dst, symlinks=True)
         else:
-            shutil.copy2(src, dst)
+            shutil.copy2(src, dst, follow_symlinks=False)

@@ -1,0 +1,51 @@
+"""The agent plane: what every agent (oracle, Pi, ACP, built-in) implements."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from sandlot.sandbox.base import Network, Sandbox
+from sandlot.tasks.loader import Task
+
+
+@dataclass(frozen=True)
+class AgentContext:
+    """Everything an agent may use for one trial; nothing else reaches it."""
+
+    task: Task
+    sandbox: Sandbox
+    timeout_sec: float
+    network: Network
+    #: Host folder for the agent's own logs (jobs/<job>/<trial>/agent).
+    logs_dir: Path
+    model: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class AgentOutcome:
+    """What the agent phase produced, beyond the files it changed in the sandbox."""
+
+    exit_code: int | None = None
+    duration_sec: float = 0.0
+    #: Seconds spent in the task's own scripts (for harness-overhead accounting).
+    script_time_sec: float = 0.0
+    metadata: dict[str, object] = field(default_factory=dict)
+
+
+class Agent(Protocol):
+    """One agent family.
+
+    Contract: `setup` installs what the agent needs inside the sandbox (setup phase,
+    not timed against the agent); `run` works on the task until done or until
+    `ctx.timeout_sec`, leaving no process behind.
+    Raises: TrialError with kind AGENT_TIMEOUT, AGENT_ERROR, MEMORY_LIMIT or PIDS_LIMIT.
+    """
+
+    name: str
+
+    async def setup(self, ctx: AgentContext) -> None: ...
+
+    async def run(self, ctx: AgentContext) -> AgentOutcome: ...

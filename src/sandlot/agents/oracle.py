@@ -1,0 +1,57 @@
+"""The oracle agent: runs the task's reference solution, to validate tasks and the harness."""
+
+from __future__ import annotations
+
+from typing_extensions import override
+
+from sandlot.agents.base import AgentContext, AgentOutcome
+from sandlot.errors import ErrorKind, TrialError
+from sandlot.fsutil import write_atomic
+from sandlot.sandbox.base import ExecResult
+
+SOLUTION_MOUNT = "/solution"
+
+
+def raise_for_limits(result: ExecResult, phase: str, what: str) -> None:
+    """Turn a timeout or a kernel limit hit during `what` into the right typed error."""
+    if result.limit_hit == "memory":
+        raise TrialError(ErrorKind.MEMORY_LIMIT,
+                         f"{what} was killed: the task's memory limit (memory_mb) was hit", phase)
+    if result.limit_hit == "pids":
+        raise TrialError(ErrorKind.PIDS_LIMIT,
+                         f"{what} hit the sandbox's process-count limit (pids)", phase)
+
+
+class OracleAgent:
+    """Copies solution/ to /solution only now (the agent phase) and runs solve.sh."""
+
+    name = "oracle"
+
+    def __init__(self, model: str | None = None) -> None:
+        self.model = model
+
+    @override
+    async def setup(self, ctx: AgentContext) -> None:
+        return None
+
+    @override
+    async def run(self, ctx: AgentContext) -> AgentOutcome:
+        sandbox = ctx.sandbox
+        await sandbox.upload(ctx.task.solution_dir, SOLUTION_MOUNT)
+        try:
+            result = await sandbox.exec(
+                ["bash", f"{SOLUTION_MOUNT}/solve.sh"],
+                timeout_sec=ctx.timeout_sec,
+                env={**ctx.task.config.solution.env, **ctx.env},
+                network=ctx.network,
+            )
+        finally:
+            await sandbox.remove(SOLUTION_MOUNT)
+        write_atomic(ctx.logs_dir / "solve.stdout.txt", result.stdout)
+        write_atomic(ctx.logs_dir / "solve.stderr.txt", result.stderr)
+        if result.timed_out:
+            raise TrialError(ErrorKind.AGENT_TIMEOUT,
+                             f"solve.sh did not finish within {ctx.timeout_sec:g}s", "agent")
+        raise_for_limits(result, "agent", "solve.sh")
+        return AgentOutcome(exit_code=result.exit_code, duration_sec=result.duration_sec,
+                            script_time_sec=result.duration_sec)

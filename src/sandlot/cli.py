@@ -1,0 +1,195 @@
+"""The `sandlot` command: parses flags, builds a JobConfig, hands it to the job runner."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from sandlot.paths import default_cache_dir
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="Benchmark AI coding agents on Harbor-layout tasks in isolated sandboxes.")
+tasks_app = typer.Typer(no_args_is_help=True, help="Inspect and validate task folders.")
+sandbox_app = typer.Typer(no_args_is_help=True, help="Manage sandboxes and their leftovers.")
+app.add_typer(tasks_app, name="tasks")
+app.add_typer(sandbox_app, name="sandbox")
+
+EXIT_BAD_INPUT = 2
+EXIT_INTERRUPTED = 130
+
+
+def _fail(console: Console, message: str) -> typer.Exit:
+    console.print(f"[red]error:[/] {escape(message)}")
+    return typer.Exit(EXIT_BAD_INPUT)
+
+
+def _print_problems(console: Console, problems: list) -> None:  # type: ignore[type-arg]
+    for p in problems:
+        color = "red" if p.severity == "error" else "yellow"
+        field = f" [{escape(p.field)}]" if p.field else ""
+        console.print(f"[{color}]{p.severity}[/] {escape(p.task)}/{escape(p.file)}{field}: "
+                      f"{escape(p.message)}\n    [dim]fix:[/] {escape(p.fix)}")
+
+
+@tasks_app.command("check")
+def tasks_check(
+    tasks_dir: Annotated[Path, typer.Argument(help="A task folder or a folder of tasks.")],
+    no_solution: Annotated[bool, typer.Option(
+        "--no-solution-ok", help="A missing solution/solve.sh is a warning, not an error.")] = False,
+) -> None:
+    """Validate every task and list each problem with its file, field and fix."""
+    from sandlot.tasks import check_tasks, discover_tasks
+
+    console = Console(stderr=False, highlight=False)
+    if not tasks_dir.is_dir():
+        raise _fail(console, f"{tasks_dir} is not a folder")
+    paths = discover_tasks(tasks_dir)
+    if not paths:
+        raise _fail(console, f"no tasks in {tasks_dir}: a task is a folder holding task.toml")
+    problems = check_tasks(paths, need_solution=not no_solution)
+    _print_problems(console, problems)
+    errors = [p for p in problems if p.severity == "error"]
+    bad = len({p.task for p in errors})
+    console.print(f"{len(paths)} tasks checked: {len(paths) - bad} ok, {bad} with errors, "
+                  f"{len(problems) - len(errors)} warnings")
+    if errors:
+        raise typer.Exit(1)
+
+
+@sandbox_app.command("cleanup")
+def sandbox_cleanup(
+    cache_dir: Annotated[Path | None, typer.Option(help="sandlot's cache folder.")] = None,
+) -> None:
+    """Remove scratch folders and cgroups left by sandlot runs that were killed."""
+    from sandlot.sandbox.local_backend import LocalBackend
+
+    removed = asyncio.run(LocalBackend(cache_dir or default_cache_dir()).sweep())
+    Console().print(f"removed {removed} leftovers")
+
+
+@app.command()
+def run(
+    tasks_dir: Annotated[Path, typer.Argument(help="A task folder or a folder of tasks.")],
+    agent: Annotated[str, typer.Option("--agent", "-a", help="Agent name or module:Class.")],
+    model: Annotated[str | None, typer.Option("--model", "-m", help="provider/model.")] = None,
+    n_concurrent: Annotated[int, typer.Option("-n", "--n-concurrent", min=1,
+                                              help="Trials running at once.")] = 1,
+    n_attempts: Annotated[int, typer.Option("-k", "--n-attempts", min=1,
+                                            help="Trials per task (pass@k).")] = 1,
+    jobs_dir: Annotated[Path, typer.Option(help="Where job folders go.")] = Path("jobs"),
+    job_name: Annotated[str | None, typer.Option(
+        help="Job folder name; reuse it to resume. Default: a timestamp.")] = None,
+    max_retries: Annotated[int, typer.Option(min=0,
+                                             help="Extra tries for infrastructure errors.")] = 0,
+    include: Annotated[list[str] | None, typer.Option(
+        "--include", "-i", help="Glob on task names (repeatable).")] = None,
+    exclude: Annotated[list[str] | None, typer.Option(
+        "--exclude", "-x", help="Glob on task names to skip (repeatable).")] = None,
+    n_tasks: Annotated[int | None, typer.Option(min=1, help="Run only the first N tasks.")] = None,
+    timeout_multiplier: Annotated[float, typer.Option(
+        min=0.001, help="Scales every timeout of every task.")] = 1.0,
+    agent_network: Annotated[str | None, typer.Option(
+        help="Override the agent phase network: none or public.")] = None,
+    sandbox: Annotated[str, typer.Option(help="Sandbox backend.")] = "local",
+    cache_dir: Annotated[Path | None, typer.Option(
+        help="Cache for build layers and scratch space. Default: ~/.cache/sandlot.")] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only the final tables.")] = False,
+) -> None:
+    """Run every task with an agent; resume a job by running it again with its --job-name."""
+    from sandlot.agents import UnknownAgentError, resolve_agent_path
+    from sandlot.errors import SandboxError
+    from sandlot.job import ConfigMismatchError, run_job
+    from sandlot.models import JobConfig
+    from sandlot.report.table import end_of_run
+    from sandlot.sandbox import create_backend
+    from sandlot.tasks import check_tasks, discover_tasks, load_task
+    from sandlot.tasks.loader import hash_tree
+
+    console = Console(highlight=False)
+    if not tasks_dir.is_dir():
+        raise _fail(console, f"{tasks_dir} is not a folder")
+    if agent_network not in (None, "none", "public"):
+        raise _fail(console, f"--agent-network must be none or public, not {agent_network!r}")
+    try:
+        resolve_agent_path(agent)
+    except UnknownAgentError as exc:
+        raise _fail(console, str(exc)) from exc
+    paths = discover_tasks(tasks_dir, include, exclude, n_tasks)
+    if not paths:
+        raise _fail(console, f"no tasks selected in {tasks_dir}: a task is a folder holding "
+                    "task.toml (check --include/--exclude)")
+    problems = check_tasks(paths, need_solution=agent == "oracle")
+    errors = [p for p in problems if p.severity == "error"]
+    if errors:
+        _print_problems(console, errors)
+        raise _fail(console, f"{len({p.task for p in errors})} of {len(paths)} tasks are "
+                    "invalid; nothing was run (see `sandlot tasks check`)")
+    tasks = [load_task(p) for p in paths]
+    cache = (cache_dir or default_cache_dir()).resolve()
+    jobs_root = jobs_dir.resolve()
+    config = JobConfig(
+        job_name=job_name or datetime.now().strftime("%Y-%m-%d__%H-%M-%S"),
+        tasks_dir=str(tasks_dir.resolve()), task_names=[t.name for t in tasks], agent=agent,
+        model=model, n_attempts=n_attempts, n_concurrent=n_concurrent, max_retries=max_retries,
+        timeout_multiplier=timeout_multiplier, agent_network=agent_network,  # type: ignore[arg-type]
+        sandbox=sandbox, jobs_dir=str(jobs_root),
+        task_digests={t.name: hash_tree(t.path) for t in tasks},
+    )
+    try:
+        backend = create_backend(sandbox, cache)
+    except (ValueError, SandboxError) as exc:
+        raise _fail(console, str(exc)) from exc
+    from sandlot.display.plain import LinePrinter
+
+    masked = (tasks_dir.resolve(), jobs_root, cache)
+    console.print(f"[bold]sandlot[/] job [cyan]{escape(config.job_name)}[/]: {len(tasks)} tasks "
+                  f"× {n_attempts} attempts, agent {escape(agent)}, sandbox {sandbox}, "
+                  f"-n {n_concurrent} → {jobs_root / config.job_name}")
+    coro = run_job(config, tasks, backend, masked, LinePrinter(console, quiet))
+    try:
+        summary = _run_cancellable(coro)
+    except ConfigMismatchError as exc:
+        raise _fail(console, str(exc)) from exc
+    except KeyboardInterrupt:
+        console.print("[yellow]interrupted[/]: running sandboxes were torn down; the partial "
+                      f"summary is in {jobs_root / config.job_name / 'summary.json'}; run the "
+                      "same command again to resume")
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    from sandlot.job import load_finished
+
+    results = [r for t in tasks for a in range(1, n_attempts + 1)
+               if (r := load_finished(jobs_root / config.job_name / f"{t.name}__{a}" /
+                                      "result.json")) is not None]
+    console.print(end_of_run(summary, results))
+
+
+def _run_cancellable(coro):  # type: ignore[no-untyped-def]
+    """asyncio.run, with SIGTERM treated like Ctrl-C (cancel, clean up, then exit)."""
+
+    async def main():  # type: ignore[no-untyped-def]
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        assert task is not None
+        loop.add_signal_handler(signal.SIGTERM, task.cancel)
+        try:
+            return await coro
+        except asyncio.CancelledError:
+            raise KeyboardInterrupt from None
+
+    return asyncio.run(main())
+
+
+def main() -> None:
+    app(prog_name="sandlot")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""What the user sees while a job runs and when it ends."""

@@ -1,0 +1,221 @@
+"""Many trials: the queue, concurrency, retries of infra errors, resume, and the summary.
+
+A job folder is the unit of resume: `config.json` says what it measures, each finished
+trial owns `<task>__<attempt>/result.json` (written last, atomically), and `summary.json`
+is recomputed from those after every trial. Anything else in the folder can be rebuilt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from pydantic import ValidationError
+
+from sandlot.agents import create_agent
+from sandlot.errors import RETRYABLE_KINDS, ErrorKind
+from sandlot.fsutil import write_model
+from sandlot.models import JobConfig, JobSummary, TrialResult
+from sandlot.report.summary import summarize
+from sandlot.sandbox.base import SandboxBackend
+from sandlot.tasks.loader import Task
+from sandlot.trial import TrialPlan, TrialSettings, run_trial
+from sandlot.verify import ScriptVerifier
+
+MAX_BACKOFF_SEC = 30.0
+
+
+class ConfigMismatchError(Exception):
+    """A resumed job was asked to measure something else than it did before."""
+
+
+class JobObserver(Protocol):
+    """Receives job events (the CLI prints them; the dashboard issue renders them)."""
+
+    def trial_started(self, plan: TrialPlan, try_number: int) -> None: ...
+
+    def trial_retrying(self, plan: TrialPlan, result: TrialResult, delay_sec: float) -> None: ...
+
+    def trial_finished(self, result: TrialResult, summary: JobSummary) -> None: ...
+
+
+class SilentObserver:
+    def trial_started(self, plan: TrialPlan, try_number: int) -> None:
+        pass
+
+    def trial_retrying(self, plan: TrialPlan, result: TrialResult, delay_sec: float) -> None:
+        pass
+
+    def trial_finished(self, result: TrialResult, summary: JobSummary) -> None:
+        pass
+
+
+@dataclass
+class JobRun:
+    """The state of one job run, owned by `run_job` (no module-level state)."""
+
+    config: JobConfig
+    root: Path
+    plans: list[TrialPlan]
+    results: dict[str, TrialResult] = field(default_factory=dict)
+    n_resumed: int = 0
+
+    def summary(self, complete: bool = False) -> JobSummary:
+        ordered = [self.results[p.name] for p in self.plans if p.name in self.results]
+        return summarize(self.config.job_name, self.config.agent, self.config.model,
+                         len(self.plans), self.config.n_attempts, ordered,
+                         n_resumed=self.n_resumed, complete=complete)
+
+    def write_summary(self, complete: bool = False) -> JobSummary:
+        summary = self.summary(complete)
+        write_model(self.root / "summary.json", summary)
+        return summary
+
+
+def config_differences(old: JobConfig, new: JobConfig) -> list[str]:
+    """Human-readable settings that differ, ignoring those a resume may change."""
+    a, b = old.model_dump(), new.model_dump()
+    out = []
+    for key in sorted(set(a) | set(b)):
+        if key in JobConfig.RESUMABLE_CHANGES or a.get(key) == b.get(key):
+            continue
+        if key == "task_digests":
+            changed = sorted(t for t in set(a[key]) & set(b[key]) if a[key][t] != b[key][t])
+            if changed:
+                out.append(f"task files changed since the job started: {', '.join(changed)}")
+            continue
+        out.append(f"{key}: was {a.get(key)!r}, now {b.get(key)!r}")
+    return out
+
+
+def prepare_job_dir(config: JobConfig) -> Path:
+    """Create the job folder or check a resumed one. Raises ConfigMismatchError."""
+    root = Path(config.jobs_dir) / config.job_name
+    config_path = root / "config.json"
+    if config_path.is_file():
+        try:
+            old = JobConfig.model_validate_json(config_path.read_text())
+        except ValidationError as exc:
+            raise ConfigMismatchError(
+                f"{config_path} is not a sandlot job config ({exc.error_count()} problems); "
+                "choose another --job-name") from exc
+        diffs = config_differences(old, config)
+        if diffs:
+            raise ConfigMismatchError(
+                f"job {config.job_name!r} was started with other settings; resume it with the "
+                "same ones or choose another --job-name:\n  " + "\n  ".join(diffs))
+    root.mkdir(parents=True, exist_ok=True)
+    write_model(config_path, config)
+    return root
+
+
+def load_finished(path: Path) -> TrialResult | None:
+    """A trial's result if it finished (cancelled trials are rerun on resume)."""
+    try:
+        result = TrialResult.model_validate_json(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if result.error is not None and result.error.kind is ErrorKind.CANCELLED:
+        return None
+    return result
+
+
+def _archive_try(trial_dir: Path, try_number: int) -> None:
+    """Keep a failed try beside the next one: <trial>/retries/try-<n>/."""
+    staging = trial_dir.with_name(f".{trial_dir.name}.try{try_number}.tmp")
+    shutil.rmtree(staging, ignore_errors=True)
+    retries = trial_dir / "retries"
+    kept = retries.rename(trial_dir.with_name(f".{trial_dir.name}.retries.tmp")) \
+        if retries.is_dir() else None
+    trial_dir.rename(staging)
+    (trial_dir / "retries").mkdir(parents=True)
+    if kept is not None:
+        for old in kept.iterdir():
+            old.rename(trial_dir / "retries" / old.name)
+        kept.rmdir()
+    staging.rename(trial_dir / "retries" / f"try-{try_number}")
+
+
+def plan_trials(tasks: list[Task], n_attempts: int, root: Path) -> list[TrialPlan]:
+    """Attempt-major order, so a partial run covers every task before repeating one."""
+    return [TrialPlan(task=t, attempt=a, dir=root / f"{t.name}__{a}")
+            for a in range(1, n_attempts + 1) for t in tasks]
+
+
+async def run_job(config: JobConfig, tasks: list[Task], backend: SandboxBackend,
+                  masked_paths: tuple[Path, ...], observer: JobObserver | None = None,
+                  backoff_base_sec: float = 1.0,
+                  sleep: Callable[[float], object] = asyncio.sleep) -> JobSummary:
+    """Run (or resume) a job. On cancellation the partial summary is written, then re-raised.
+
+    Raises: ConfigMismatchError before anything starts if a resumed job's settings differ.
+    """
+    observer = observer or SilentObserver()
+    root = prepare_job_dir(config)
+    for leftover in root.glob(".*.tmp"):
+        shutil.rmtree(leftover, ignore_errors=True)
+    await backend.sweep()
+    run = JobRun(config=config, root=root, plans=plan_trials(tasks, config.n_attempts, root))
+    pending: list[TrialPlan] = []
+    for plan in run.plans:
+        finished = load_finished(plan.dir / "result.json")
+        if finished is not None:
+            run.results[plan.name] = finished
+            run.n_resumed += 1
+        else:
+            if plan.dir.exists():
+                shutil.rmtree(plan.dir)
+            pending.append(plan)
+    run.write_summary()
+    settings = TrialSettings(agent_name=config.agent, model=config.model,
+                             sandbox_name=config.sandbox,
+                             timeout_multiplier=config.timeout_multiplier,
+                             agent_network=config.agent_network, masked_paths=masked_paths)
+    verifier = ScriptVerifier()
+    slots = asyncio.Semaphore(config.n_concurrent)
+
+    async def one(plan: TrialPlan) -> None:
+        async with slots:
+            for try_number in range(1, config.max_retries + 2):
+                observer.trial_started(plan, try_number)
+                agent = create_agent(config.agent, config.model)
+                result = await run_trial(plan, settings, backend, agent, verifier)
+                result.tries = try_number
+                retry = (result.error is not None and result.error.kind in RETRYABLE_KINDS
+                         and try_number <= config.max_retries)
+                if not retry:
+                    write_model(plan.dir / "result.json", result)
+                    run.results[plan.name] = result
+                    observer.trial_finished(result, run.write_summary())
+                    return
+                delay = min(MAX_BACKOFF_SEC, backoff_base_sec * 2 ** (try_number - 1))
+                observer.trial_retrying(plan, result, delay)
+                await asyncio.to_thread(_archive_try, plan.dir, try_number)
+                await sleep(delay)  # type: ignore[misc]
+
+    try:
+        async with asyncio.TaskGroup() as group:
+            for plan in pending:
+                group.create_task(one(plan))
+    except asyncio.CancelledError:
+        _record_cancelled(run)
+        with contextlib.suppress(Exception):
+            run.write_summary()
+        raise
+    return run.write_summary(complete=True)
+
+
+def _record_cancelled(run: JobRun) -> None:
+    """Cancelled trials wrote result.json themselves; fold them into the partial summary."""
+    for plan in run.plans:
+        if plan.name in run.results:
+            continue
+        path = plan.dir / "result.json"
+        with contextlib.suppress(OSError, ValueError):
+            run.results[plan.name] = TrialResult.model_validate(json.loads(path.read_text()))

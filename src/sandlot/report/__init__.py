@@ -1,0 +1,1 @@
+"""Summaries and reports computed from result files."""

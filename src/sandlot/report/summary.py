@@ -1,0 +1,65 @@
+"""Aggregate trial results into summary.json figures (pass rate, pass@k, errors, timing)."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from math import comb
+
+from sandlot.errors import ErrorKind
+from sandlot.models import JobSummary, PhaseTiming, TrialResult
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k (Chen et al. 2021): 1 - C(n-c, k) / C(n, k), for n trials, c passed."""
+    if k > n:
+        raise ValueError(f"k={k} exceeds the n={n} trials")
+    if n - c < k:
+        return 1.0
+    return 1.0 - comb(n - c, k) / comb(n, k)
+
+
+def task_pass_at_k(results: list[TrialResult], max_k: int) -> dict[str, float]:
+    """Mean over tasks of pass@k, for each k up to `max_k`.
+
+    Errored trials are left out (they measure the harness, not the agent); a task counts
+    for a given k only if it has at least k scored trials.
+    """
+    by_task: dict[str, list[TrialResult]] = defaultdict(list)
+    for r in results:
+        if r.error is None:
+            by_task[r.task].append(r)
+    out: dict[str, float] = {}
+    for k in range(1, max_k + 1):
+        values = [pass_at_k(len(rs), sum(r.passed for r in rs), k)
+                  for rs in by_task.values() if len(rs) >= k]
+        if values:
+            out[str(k)] = round(sum(values) / len(values), 6)
+    return out
+
+
+def summarize(job_name: str, agent: str, model: str | None, n_planned: int, max_k: int,
+              results: list[TrialResult], *, n_resumed: int = 0,
+              complete: bool = False) -> JobSummary:
+    scored = [r for r in results if r.error is None]
+    errored = [r for r in results if r.error is not None]
+    n_passed = sum(r.passed for r in scored)
+    rewards = [r.reward for r in scored if r.reward is not None]
+    phases: dict[str, list[float]] = defaultdict(list)
+    for r in results:
+        for phase, sec in r.timing.items():
+            phases[phase].append(sec)
+    kinds = Counter(str(r.error.kind) for r in errored if r.error is not None)
+    return JobSummary(
+        job_name=job_name, agent=agent, model=model, n_trials_planned=n_planned,
+        n_trials=len(results), n_passed=n_passed, n_failed=len(scored) - n_passed,
+        n_errored=len(errored),
+        pass_rate=round(n_passed / len(scored), 6) if scored else None,
+        pass_rate_all=round(n_passed / len(results), 6) if results else None,
+        mean_reward=round(sum(rewards) / len(rewards), 6) if rewards else None,
+        pass_at_k=task_pass_at_k(results, max_k),
+        errors_by_kind=dict(sorted(kinds.items())),
+        timing={p: PhaseTiming(mean_sec=round(sum(v) / len(v), 4), total_sec=round(sum(v), 4))
+                for p, v in phases.items()},
+        n_resumed=n_resumed, n_cancelled=kinds.get(str(ErrorKind.CANCELLED), 0),
+        complete=complete,
+    )

@@ -1,0 +1,60 @@
+"""The end-of-run tables: per task, then the job's totals."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from rich.console import Group
+from rich.table import Table
+
+from sandlot.models import JobSummary, TrialResult
+
+
+def _pct(value: float | None) -> str:
+    return "—" if value is None else f"{value:.1%}"
+
+
+def tasks_table(results: list[TrialResult]) -> Table:
+    table = Table(title="Tasks", title_justify="left")
+    for col in ("task", "passed", "failed", "errored", "mean reward", "errors"):
+        table.add_column(col, justify="left" if col in ("task", "errors") else "right")
+    by_task: dict[str, list[TrialResult]] = defaultdict(list)
+    for r in results:
+        by_task[r.task].append(r)
+    for task in sorted(by_task):
+        rs = by_task[task]
+        scored = [r for r in rs if r.error is None]
+        rewards = [r.reward for r in scored if r.reward is not None]
+        kinds = sorted({str(r.error.kind) for r in rs if r.error is not None})
+        table.add_row(task, str(sum(r.passed for r in scored)),
+                      str(sum(not r.passed for r in scored)), str(len(rs) - len(scored)),
+                      f"{sum(rewards) / len(rewards):.3f}" if rewards else "—",
+                      ", ".join(kinds))
+    return table
+
+
+def summary_table(summary: JobSummary) -> Table:
+    table = Table(title=f"Job {summary.job_name}", title_justify="left", show_header=False)
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    rows = [
+        ("agent", summary.agent + (f" · {summary.model}" if summary.model else "")),
+        ("trials", f"{summary.n_trials}/{summary.n_trials_planned}"
+         + (f" ({summary.n_resumed} resumed)" if summary.n_resumed else "")),
+        ("passed", str(summary.n_passed)),
+        ("failed", str(summary.n_failed)),
+        ("errored", str(summary.n_errored)),
+        ("pass rate (excl. errors)", _pct(summary.pass_rate)),
+        ("mean reward", "—" if summary.mean_reward is None else f"{summary.mean_reward:.3f}"),
+    ]
+    rows += [(f"pass@{k}", _pct(v)) for k, v in summary.pass_at_k.items()]
+    rows += [(f"errors: {kind}", str(n)) for kind, n in summary.errors_by_kind.items()]
+    rows += [(f"time {phase} (mean / total)", f"{t.mean_sec:.2f}s / {t.total_sec:.1f}s")
+             for phase, t in summary.timing.items()]
+    for name, value in rows:
+        table.add_row(name, value)
+    return table
+
+
+def end_of_run(summary: JobSummary, results: list[TrialResult]) -> Group:
+    return Group(tasks_table(results), summary_table(summary))

@@ -1,0 +1,152 @@
+"""Replaying a task's Dockerfile on the local sandbox, cached as one overlay layer per digest.
+
+The first trial of a task runs its COPY/ADD and RUN steps in a throw-away sandbox whose
+overlay upper directory becomes a read-only layer; later trials (and later jobs) stack their
+own upper on it, so they do not pay for `apt-get install` again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import glob
+import hashlib
+import os
+import shutil
+import tarfile
+import time
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any
+
+from sandlot.errors import ErrorKind, TrialError
+from sandlot.sandbox.base import SandboxSpec
+from sandlot.tasks.dockerfile import CopyStep, DockerfilePlan, RunStep
+
+#: Bump when the replay's semantics change, so old cached layers are not reused.
+REPLAY_VERSION = "1"
+LOG_TAIL = 3000
+
+StartSandbox = Callable[[SandboxSpec, Path, Path], Coroutine[Any, Any, Any]]
+
+
+def layer_key(digest: str, plan: DockerfilePlan) -> str:
+    h = hashlib.sha256(f"{REPLAY_VERSION}\0{digest}\0{plan.base_image}".encode())
+    return h.hexdigest()[:24]
+
+
+def _copy_into(root_of: Callable[[str], Path], env_dir: Path, step: CopyStep) -> list[str]:
+    """Docker's COPY rules: a folder's contents, files into a folder or onto a path."""
+    sources: list[Path] = []
+    for src in step.sources:
+        if any(ch in src for ch in "*?["):
+            sources += sorted(Path(p) for p in glob.glob(str(env_dir / src)))
+        else:
+            sources.append(env_dir / src)
+    env_root = env_dir.resolve()
+    into_dir = step.dest.endswith("/") or len(sources) > 1
+    written: list[str] = []
+    for src in sources:
+        if not src.resolve().is_relative_to(env_root):
+            raise TrialError(ErrorKind.BUILD_FAILED,
+                             f"COPY source {src} is outside environment/", "setup")
+        if step.extract and tarfile.is_tarfile(src):
+            dest = root_of(step.dest)
+            dest.mkdir(parents=True, exist_ok=True)
+            with tarfile.open(src) as archive:
+                archive.extractall(dest, filter="data")
+            written.append(step.dest)
+            continue
+        if src.is_dir():
+            dest_rel = step.dest.rstrip("/") or "/"
+            dest = root_of(dest_rel)
+            dest.mkdir(parents=True, exist_ok=True)
+            shutil.copytree(src, dest, symlinks=True, dirs_exist_ok=True)
+            written.append(dest_rel)
+            continue
+        target = root_of(step.dest)
+        dest_rel = step.dest
+        if into_dir or target.is_dir():
+            dest_rel = step.dest.rstrip("/") + "/" + src.name
+            target = root_of(dest_rel)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src, target)
+        written.append(dest_rel)
+    return written
+
+
+async def replay_dockerfile(sandbox: Any, plan: DockerfilePlan, env_dir: Path,
+                            timeout_sec: float, log: list[str]) -> None:
+    """Run the plan's steps in a started LocalSandbox. Raises TrialError BUILD_*."""
+    deadline = time.monotonic() + timeout_sec
+    for step in plan.steps:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise TrialError(ErrorKind.BUILD_TIMEOUT,
+                             f"the Dockerfile's steps took longer than {timeout_sec:g}s "
+                             "(build_timeout_sec)", "setup")
+        if isinstance(step, CopyStep):
+            await sandbox.exec(["mkdir", "-p", step.workdir], timeout_sec=30)
+            written = await asyncio.to_thread(_copy_into, sandbox.host_path, env_dir, step)
+            log.append(f"COPY {' '.join(step.sources)} -> {step.dest}")
+            if step.chmod:
+                await sandbox.exec(["chmod", "-R", step.chmod, *written], timeout_sec=60)
+            if step.chown:
+                await sandbox.exec(["chown", "-R", step.chown, *written], timeout_sec=60)
+            continue
+        assert isinstance(step, RunStep)
+        await sandbox.exec(["mkdir", "-p", step.workdir], timeout_sec=30)
+        result = await sandbox.exec(step.argv, timeout_sec=remaining, env=step.env,
+                                    cwd=step.workdir, network="outbound")
+        log.append(f"RUN (line {step.line}) {' '.join(step.argv)}\n{result.stdout}{result.stderr}")
+        if result.timed_out:
+            raise TrialError(ErrorKind.BUILD_TIMEOUT,
+                             f"Dockerfile line {step.line} did not finish within the build "
+                             f"timeout ({timeout_sec:g}s)", "setup")
+        if result.exit_code != 0:
+            tail = (result.stdout + result.stderr).strip()[-LOG_TAIL:]
+            raise TrialError(ErrorKind.BUILD_FAILED,
+                             f"Dockerfile line {step.line} exited {result.exit_code}: {tail}",
+                             "setup")
+
+
+class LayerCache:
+    """Cached Dockerfile layers under `root`, built once per key (in-process and cross-process)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    def path(self, key: str) -> Path:
+        return self.root / key / "upper"
+
+    async def get(self, key: str, build: Callable[[Path], Coroutine[Any, Any, None]]) -> Path:
+        """The layer for `key`, calling `build(upper_dir)` first if it is not cached."""
+        final = self.path(key)
+        if final.is_dir():
+            return final
+        lock = self._locks.setdefault(key, asyncio.Lock())
+        async with lock:
+            if final.is_dir():
+                return final
+            self.root.mkdir(parents=True, exist_ok=True)
+            lock_fd = os.open(self.root / f"{key}.lock", os.O_CREAT | os.O_RDWR, 0o600)
+            try:
+                await asyncio.to_thread(fcntl.flock, lock_fd, fcntl.LOCK_EX)
+                if final.is_dir():
+                    return final
+                staging = self.root / f".build-{os.getpid()}-{key}"
+                shutil.rmtree(staging, ignore_errors=True)
+                staging.mkdir(parents=True)
+                try:
+                    await build(staging / "upper")
+                    final.parent.mkdir(parents=True, exist_ok=True)
+                    os.rename(staging / "upper", final)
+                finally:
+                    await asyncio.to_thread(shutil.rmtree, staging, True)
+            finally:
+                with contextlib.suppress(OSError):
+                    fcntl.flock(lock_fd, fcntl.LOCK_UN)
+                os.close(lock_fd)
+        return final

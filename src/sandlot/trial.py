@@ -1,0 +1,186 @@
+"""One trial's lifecycle: setup → agent → verify → cleanup, each phase timed and typed.
+
+Every failure ends here as data (`TrialResult.error`); only cancellation propagates, and
+only after the sandbox is torn down and the cancelled result is on disk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+
+from sandlot.agents.base import Agent, AgentContext
+from sandlot.errors import ErrorKind, SandboxError, TrialError
+from sandlot.fsutil import write_atomic, write_model
+from sandlot.models import ErrorInfo, TrialResult, utc_now
+from sandlot.sandbox.base import EnvironmentRequest, Network, Sandbox, SandboxBackend, SandboxSpec
+from sandlot.tasks.loader import Task
+from sandlot.verify import Verifier
+
+#: Agent-phase errors after which the verifier still scores what the agent left behind.
+VERIFY_AFTER = frozenset({ErrorKind.AGENT_TIMEOUT, ErrorKind.AGENT_ERROR,
+                          ErrorKind.MEMORY_LIMIT, ErrorKind.PIDS_LIMIT})
+CLEANUP_TIMEOUT_SEC = 60.0
+
+
+@dataclass(frozen=True)
+class TrialPlan:
+    task: Task
+    attempt: int
+    dir: Path
+
+    @property
+    def name(self) -> str:
+        return f"{self.task.name}__{self.attempt}"
+
+
+@dataclass(frozen=True)
+class TrialSettings:
+    """The job-wide knobs a trial needs (a slice of JobConfig)."""
+
+    agent_name: str
+    model: str | None
+    sandbox_name: str
+    timeout_multiplier: float = 1.0
+    agent_network: str | None = None
+    masked_paths: tuple[Path, ...] = ()
+    pids_max: int = 4096
+
+
+class _PhaseClock:
+    def __init__(self, log_path: Path) -> None:
+        self.timing: dict[str, float] = {}
+        self._log_path = log_path
+        self._lines: list[str] = []
+
+    def log(self, message: str) -> None:
+        self._lines.append(f"{utc_now()} {message}")
+        write_atomic(self._log_path, "\n".join(self._lines) + "\n")
+
+    def phase(self, name: str) -> _Phase:
+        return _Phase(self, name)
+
+
+class _Phase:
+    def __init__(self, clock: _PhaseClock, name: str) -> None:
+        self.clock, self.name = clock, name
+
+    def __enter__(self) -> None:
+        self.start = time.monotonic()
+        self.clock.log(f"phase {self.name} started")
+
+    def __exit__(self, *exc: object) -> None:
+        elapsed = time.monotonic() - self.start
+        self.clock.timing[self.name] = round(self.clock.timing.get(self.name, 0.0) + elapsed, 4)
+        self.clock.log(f"phase {self.name} ended after {elapsed:.3f}s")
+
+
+def _agent_network(task: Task, settings: TrialSettings) -> Network:
+    choice = settings.agent_network or task.config.environment.network_mode
+    return "outbound" if choice == "public" else "none"
+
+
+async def run_trial(plan: TrialPlan, settings: TrialSettings, backend: SandboxBackend,
+                    agent: Agent, verifier: Verifier) -> TrialResult:
+    """Run one trial to a TrialResult written to `plan.dir/result.json`.
+
+    Raises: asyncio.CancelledError only (after recording the trial as cancelled).
+    """
+    task = plan.task
+    plan.dir.mkdir(parents=True, exist_ok=True)
+    clock = _PhaseClock(plan.dir / "trial.log")
+    result = TrialResult(trial_name=plan.name, task=task.name, attempt=plan.attempt,
+                         agent=settings.agent_name, model=settings.model,
+                         task_digest=task.digest, sandbox=settings.sandbox_name)
+    mult = settings.timeout_multiplier
+    sandbox: Sandbox | None = None
+    started = time.monotonic()
+    cancelled: asyncio.CancelledError | None = None
+
+    def record(exc: TrialError) -> None:
+        if result.error is None:
+            result.error = ErrorInfo(kind=exc.kind, message=exc.message, phase=exc.phase)
+        clock.log(f"error {exc.kind}: {exc.message}")
+
+    try:
+        with clock.phase("setup"):
+            spec = SandboxSpec(name=plan.name, workdir=task.workdir, env=task.env,
+                               memory_mb=task.config.environment.memory_mb,
+                               cpus=task.config.environment.cpus, pids_max=settings.pids_max,
+                               masked_paths=settings.masked_paths)
+            request = EnvironmentRequest(
+                spec=spec, environment_dir=task.environment_dir, digest=task.digest,
+                build_timeout_sec=task.config.environment.build_timeout_sec * mult,
+                log_dir=plan.dir / "setup")
+            try:
+                sandbox = await backend.create(request)
+                await sandbox.exec(["mkdir", "-p", "/logs/agent", "/logs/verifier"],
+                                   timeout_sec=30)
+            except SandboxError as exc:
+                raise TrialError(ErrorKind.SANDBOX_SETUP_FAILED, str(exc), "setup") from exc
+            ctx = AgentContext(task=task, sandbox=sandbox,
+                               timeout_sec=task.config.agent.timeout_sec * mult,
+                               network=_agent_network(task, settings),
+                               logs_dir=plan.dir / "agent", model=settings.model)
+            ctx.logs_dir.mkdir(parents=True, exist_ok=True)
+            await agent.setup(ctx)
+        with clock.phase("agent"):
+            try:
+                outcome = await agent.run(ctx)
+                result.agent_exit_code = outcome.exit_code
+                result.script_time_sec += outcome.script_time_sec
+            except TrialError as exc:
+                exc.phase = exc.phase or "agent"
+                if exc.kind not in VERIFY_AFTER:
+                    raise
+                record(exc)
+            except SandboxError as exc:
+                raise TrialError(ErrorKind.INTERNAL_ERROR, f"sandbox failed: {exc}",
+                                 "agent") from exc
+        with clock.phase("verify"):
+            try:
+                verdict = await verifier.verify(
+                    sandbox, task, plan.dir / "verifier",
+                    task.config.verifier.timeout_sec * mult)
+            except SandboxError as exc:
+                raise TrialError(ErrorKind.INTERNAL_ERROR, f"sandbox failed: {exc}",
+                                 "verify") from exc
+            result.reward = verdict.reward
+            result.rewards = verdict.rewards
+            result.passed = verdict.reward >= 1.0
+            result.verifier_exit_code = verdict.exit_code
+            result.script_time_sec += verdict.duration_sec
+    except TrialError as exc:
+        record(exc)
+    except asyncio.CancelledError as exc:
+        cancelled = exc
+        record(TrialError(ErrorKind.CANCELLED, "the run was interrupted", None))
+    except Exception as exc:  # noqa: BLE001 - a harness bug must not kill the job
+        write_atomic(plan.dir / "exception.txt", traceback.format_exc())
+        record(TrialError(ErrorKind.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}", None))
+    finally:
+        if sandbox is not None:
+            with clock.phase("cleanup"):
+                await _stop_shielded(sandbox, clock)
+        result.timing = {**clock.timing, "total": round(time.monotonic() - started, 4)}
+        result.finished_at = utc_now()
+        if result.error is not None:
+            result.passed = False
+        write_model(plan.dir / "result.json", result)
+    if cancelled is not None:
+        raise cancelled
+    return result
+
+
+async def _stop_shielded(sandbox: Sandbox, clock: _PhaseClock) -> None:
+    """Tear down even while being cancelled: a leaked sandbox outlives the job otherwise."""
+    stop = asyncio.ensure_future(sandbox.stop())
+    try:
+        await asyncio.wait_for(asyncio.shield(stop), CLEANUP_TIMEOUT_SEC)
+    except asyncio.CancelledError:
+        await stop  # cancelled again (a second Ctrl-C): still finish the teardown
+    except Exception as exc:  # noqa: BLE001
+        clock.log(f"cleanup failed: {exc}")

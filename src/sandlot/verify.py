@@ -1,0 +1,149 @@
+"""The verifier plane: run the task's tests in the sandbox and read the reward they wrote."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from typing_extensions import override
+
+from sandlot.errors import ErrorKind, TrialError
+from sandlot.fsutil import write_atomic
+from sandlot.sandbox.base import Network, Sandbox
+from sandlot.tasks.loader import Task
+
+TESTS_MOUNT = "/tests"
+VERIFIER_LOGS = "/logs/verifier"
+TAIL_CHARS = 2000
+
+
+@dataclass
+class Verdict:
+    reward: float
+    rewards: dict[str, float]
+    duration_sec: float
+    exit_code: int | None
+    metadata: dict[str, object] = field(default_factory=dict)
+
+
+class Verifier(Protocol):
+    """Scores the sandbox's current state.
+
+    Contract: runs after every agent process is gone; returns a Verdict or raises
+    TrialError (VERIFIER_TIMEOUT, VERIFIER_ERROR, REWARD_MISSING, REWARD_PARSE_ERROR).
+    """
+
+    async def verify(self, sandbox: Sandbox, task: Task, out_dir: Path,
+                     timeout_sec: float) -> Verdict: ...
+
+
+def _tail(text: str) -> str:
+    text = text.strip()
+    return text if len(text) <= TAIL_CHARS else "…" + text[-TAIL_CHARS:]
+
+
+def parse_reward_json(text: str) -> dict[str, float]:
+    """reward.json: an object of finite numbers. Raises ValueError saying what is wrong."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"reward.json is not valid JSON ({exc})") from exc
+    if not isinstance(data, dict) or not data:
+        raise ValueError("reward.json must be a non-empty JSON object of numbers, "
+                         'e.g. {"reward": 1.0}')
+    rewards: dict[str, float] = {}
+    for key, value in data.items():
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ValueError(f"reward.json key {key!r} is {value!r}, not a number")
+        if not math.isfinite(value):
+            raise ValueError(f"reward.json key {key!r} is {value!r}, not a finite number")
+        rewards[str(key)] = float(value)
+    return rewards
+
+
+def headline(rewards: dict[str, float]) -> float:
+    """The `reward` key, or the only key; otherwise ambiguous."""
+    if "reward" in rewards:
+        return rewards["reward"]
+    if len(rewards) == 1:
+        return next(iter(rewards.values()))
+    raise ValueError(f"reward.json has several keys ({', '.join(sorted(rewards))}) "
+                     "and no 'reward' key to use as the headline")
+
+
+def parse_reward_txt(text: str) -> float:
+    stripped = text.strip()
+    try:
+        value = float(stripped)
+    except ValueError as exc:
+        shown = stripped[:80] + ("…" if len(stripped) > 80 else "")
+        raise ValueError(f"reward.txt must hold one number, got {shown!r}") from exc
+    if not math.isfinite(value):
+        raise ValueError(f"reward.txt must hold a finite number, got {stripped!r}")
+    return value
+
+
+def read_rewards(logs_dir: Path) -> tuple[float, dict[str, float]]:
+    """Reward from a downloaded /logs/verifier: reward.json first, then reward.txt.
+
+    Raises: TrialError REWARD_MISSING or REWARD_PARSE_ERROR.
+    """
+    json_path, txt_path = logs_dir / "reward.json", logs_dir / "reward.txt"
+    try:
+        if json_path.is_file():
+            rewards = parse_reward_json(json_path.read_text(errors="replace"))
+            return headline(rewards), rewards
+        if txt_path.is_file():
+            value = parse_reward_txt(txt_path.read_text(errors="replace"))
+            return value, {"reward": value}
+    except ValueError as exc:
+        raise TrialError(ErrorKind.REWARD_PARSE_ERROR, str(exc), "verify") from exc
+    raise TrialError(ErrorKind.REWARD_MISSING,
+                     "tests/test.sh wrote neither /logs/verifier/reward.json nor reward.txt",
+                     "verify")
+
+
+class ScriptVerifier:
+    """Harbor's verifier: tests/ copied to /tests, `bash /tests/test.sh`, reward file read."""
+
+    def __init__(self, network: Network = "outbound") -> None:
+        self.network = network
+
+    @override
+    async def verify(self, sandbox: Sandbox, task: Task, out_dir: Path,
+                     timeout_sec: float) -> Verdict:
+        # Anything the agent left under /logs/verifier is discarded: only test.sh writes it.
+        await sandbox.remove(VERIFIER_LOGS)
+        await sandbox.exec(["mkdir", "-p", VERIFIER_LOGS], timeout_sec=30)
+        await sandbox.upload(task.tests_dir, TESTS_MOUNT)
+        result = await sandbox.exec(
+            ["bash", f"{TESTS_MOUNT}/test.sh"], timeout_sec=timeout_sec,
+            env={**task.config.verifier.env}, network=self.network,
+        )
+        out_dir.mkdir(parents=True, exist_ok=True)
+        write_atomic(out_dir / "test_stdout.txt", result.stdout)
+        write_atomic(out_dir / "test_stderr.txt", result.stderr)
+        try:
+            await sandbox.download(VERIFIER_LOGS, out_dir / "logs")
+        except Exception:  # noqa: BLE001 - a missing folder is reported as a missing reward
+            (out_dir / "logs").mkdir(exist_ok=True)
+        if result.timed_out:
+            raise TrialError(ErrorKind.VERIFIER_TIMEOUT,
+                             f"tests/test.sh did not finish within {timeout_sec:g}s", "verify")
+        if result.limit_hit is not None:
+            kind = ErrorKind.MEMORY_LIMIT if result.limit_hit == "memory" else ErrorKind.PIDS_LIMIT
+            raise TrialError(kind, f"tests/test.sh hit the sandbox's {result.limit_hit} limit",
+                             "verify")
+        try:
+            reward, rewards = read_rewards(out_dir / "logs")
+        except TrialError as exc:
+            if exc.kind is ErrorKind.REWARD_MISSING:
+                detail = _tail(result.stderr) or _tail(result.stdout)
+                exc.message += f" (test.sh exited {result.exit_code}"
+                exc.message += f"; its output ends: {detail})" if detail else ")"
+            raise
+        return Verdict(reward=reward, rewards=rewards, duration_sec=result.duration_sec,
+                       exit_code=result.exit_code)
