@@ -43,7 +43,8 @@ def _print_problems(console: Console, problems: list) -> None:  # type: ignore[t
 def tasks_check(
     tasks_dir: Annotated[Path, typer.Argument(help="A task folder or a folder of tasks.")],
     no_solution: Annotated[bool, typer.Option(
-        "--no-solution-ok", help="A missing solution/solve.sh is a warning, not an error.")] = False,
+        "--no-solution-ok",
+        help="A missing solution/solve.sh is a warning, not an error.")] = False,
 ) -> None:
     """Validate every task and list each problem with its file, field and fix."""
     from sandlot.tasks import check_tasks, discover_tasks

@@ -158,7 +158,7 @@ async def run_trial(plan: TrialPlan, settings: TrialSettings, backend: SandboxBa
     except asyncio.CancelledError as exc:
         cancelled = exc
         record(TrialError(ErrorKind.CANCELLED, "the run was interrupted", None))
-    except Exception as exc:  # noqa: BLE001 - a harness bug must not kill the job
+    except Exception as exc:
         write_atomic(plan.dir / "exception.txt", traceback.format_exc())
         record(TrialError(ErrorKind.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}", None))
     finally:
@@ -182,5 +182,5 @@ async def _stop_shielded(sandbox: Sandbox, clock: _PhaseClock) -> None:
         await asyncio.wait_for(asyncio.shield(stop), CLEANUP_TIMEOUT_SEC)
     except asyncio.CancelledError:
         await stop  # cancelled again (a second Ctrl-C): still finish the teardown
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         clock.log(f"cleanup failed: {exc}")

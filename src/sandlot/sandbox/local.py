@@ -15,6 +15,7 @@ import shutil
 import signal
 import time
 from pathlib import Path
+
 from typing_extensions import override
 
 from sandlot.errors import SandboxError

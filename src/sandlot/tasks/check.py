@@ -74,7 +74,8 @@ def _check_toml(task: str, path: Path) -> list[Problem]:
         m = _TOML_LINE.search(str(exc))
         field = f"line {m.group(1)}" if m else None
         return [Problem(task, "task.toml", field, f"invalid TOML: {exc}",
-                        "fix the TOML syntax at that line (quote strings, one key = value per line)")]
+                        "fix the TOML syntax at that line "
+                        "(quote strings, one key = value per line)")]
     try:
         TaskConfig.model_validate(data)
     except ValidationError as exc:

@@ -144,7 +144,8 @@ def parse_dockerfile(text: str) -> DockerfilePlan:
         def refuse(msg: str, line: int = line) -> None:
             plan.issues.append(DockerfileIssue(line, f"{msg}; {USE_CONTAINER}"))
 
-        if "<<" in rest and instr in {"RUN", "COPY", "ADD"} and re.search(r"<<-?\s*['\"]?\w+", rest):
+        heredoc = re.search(r"<<-?\s*['\"]?\w+", rest)
+        if "<<" in rest and instr in {"RUN", "COPY", "ADD"} and heredoc:
             refuse(f"{instr} with a heredoc is not supported by the local sandbox")
             continue
         if instr == "FROM":
@@ -171,13 +172,11 @@ def parse_dockerfile(text: str) -> DockerfilePlan:
             if unknown:
                 refuse(f"{instr} flag --{sorted(unknown)[0]} is not supported")
                 continue
-            if rest2.startswith("["):
-                parts = json.loads(rest2)
-            else:
-                parts = shlex.split(rest2)
+            parts = json.loads(rest2) if rest2.startswith("[") else shlex.split(rest2)
             parts = [expand(p, scope) for p in parts]
             if len(parts) < 2:
-                plan.issues.append(DockerfileIssue(line, f"{instr} needs a source and a destination"))
+                plan.issues.append(
+                    DockerfileIssue(line, f"{instr} needs a source and a destination"))
                 continue
             sources, dest = parts[:-1], parts[-1]
             if instr == "ADD" and any(re.match(r"^[a-z]+://", s) for s in sources):
