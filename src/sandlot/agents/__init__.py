@@ -9,6 +9,7 @@ from sandlot.agents.base import Agent, AgentContext, AgentOutcome
 #: Built-in agents, imported only when chosen.
 AGENTS: dict[str, str] = {
     "oracle": "sandlot.agents.oracle:OracleAgent",
+    "nop": "sandlot.agents.nop:NopAgent",
 }
 
 
