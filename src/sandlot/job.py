@@ -21,7 +21,7 @@ from pydantic import ValidationError
 from sandlot.agents import create_agent
 from sandlot.errors import RETRYABLE_KINDS, ErrorKind
 from sandlot.fsutil import write_model
-from sandlot.models import JobConfig, JobSummary, TrialResult
+from sandlot.models import RESUMABLE_SETTINGS, JobConfig, JobSummary, TrialResult
 from sandlot.report.summary import summarize
 from sandlot.sandbox.base import SandboxBackend
 from sandlot.tasks.loader import Task
@@ -83,7 +83,7 @@ def config_differences(old: JobConfig, new: JobConfig) -> list[str]:
     a, b = old.model_dump(), new.model_dump()
     out = []
     for key in sorted(set(a) | set(b)):
-        if key in JobConfig.RESUMABLE_CHANGES or a.get(key) == b.get(key):
+        if key in RESUMABLE_SETTINGS or a.get(key) == b.get(key):
             continue
         if key == "task_digests":
             changed = sorted(t for t in set(a[key]) & set(b[key]) if a[key][t] != b[key][t])

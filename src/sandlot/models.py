@@ -21,6 +21,10 @@ def utc_now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
+#: JobConfig settings a resumed job may change without changing what it measures.
+RESUMABLE_SETTINGS: frozenset[str] = frozenset({"n_concurrent", "max_retries", "jobs_dir"})
+
+
 class JobConfig(BaseModel):
     """Everything that decides what a job runs; stored as jobs/<job>/config.json."""
 
@@ -43,9 +47,6 @@ class JobConfig(BaseModel):
     jobs_dir: str = Field(description="Absolute path of the jobs folder.")
     task_digests: dict[str, str] = Field(
         default_factory=dict, description="Content digest of each task folder, to spot edits.")
-
-    #: Settings a resumed job may change without changing what it measures.
-    RESUMABLE_CHANGES: frozenset[str] = frozenset({"n_concurrent", "max_retries", "jobs_dir"})
 
 
 class ErrorInfo(BaseModel):

@@ -1,0 +1,89 @@
+"""Shared fixtures: task folders built on the fly, a shared layer cache, the CLI as a process."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLES = REPO / "examples" / "tasks"
+
+
+@pytest.fixture(scope="session")
+def examples_dir() -> Path:
+    return EXAMPLES
+
+
+@pytest.fixture(scope="session")
+def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One sandlot cache for the session, so Dockerfile layers are built once."""
+    return tmp_path_factory.mktemp("sandlot-cache")
+
+
+TaskFactory = Callable[..., Path]
+
+
+def write_task(root: Path, name: str, *, test_sh: str | None = None, solve_sh: str = "true",
+               instruction: str = "Do the thing.\n", task_toml: str | None = None,
+               dockerfile: str | None = None, files: dict[str, str] | None = None,
+               agent_timeout: float = 60, verifier_timeout: float = 60) -> Path:
+    """A Harbor task folder; `files` maps relative paths to contents (scripts made +x)."""
+    task = root / name
+    (task / "tests").mkdir(parents=True, exist_ok=True)
+    (task / "solution").mkdir(parents=True, exist_ok=True)
+    (task / "environment").mkdir(parents=True, exist_ok=True)
+    if task_toml is None:
+        task_toml = (f'version = "1.0"\n[agent]\ntimeout_sec = {agent_timeout}\n'
+                     f"[verifier]\ntimeout_sec = {verifier_timeout}\n")
+    (task / "task.toml").write_text(task_toml)
+    (task / "instruction.md").write_text(instruction)
+    if test_sh is None:
+        test_sh = "echo 1 > /logs/verifier/reward.txt"
+    all_files = {
+        "tests/test.sh": "#!/bin/bash\n" + textwrap.dedent(test_sh),
+        "solution/solve.sh": "#!/bin/bash\n" + textwrap.dedent(solve_sh),
+        "environment/Dockerfile": dockerfile or "FROM debian:bookworm-slim\nWORKDIR /app\n",
+        **(files or {}),
+    }
+    for rel, content in all_files.items():
+        path = task / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(content)
+        if rel.endswith(".sh"):
+            path.chmod(0o755)
+    return task
+
+
+@pytest.fixture
+def make_task(tmp_path: Path) -> TaskFactory:
+    """make_task(name, test_sh=..., solve_sh=..., ...) -> task folder under tmp_path/tasks."""
+    root = tmp_path / "tasks"
+
+    def factory(name: str, **kwargs: object) -> Path:
+        return write_task(root, name, **kwargs)  # type: ignore[arg-type]
+
+    return factory
+
+
+def sandlot_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "sandlot.cli", *args]
+
+
+@pytest.fixture
+def run_cli(cache_dir: Path) -> Callable[..., subprocess.CompletedProcess[str]]:
+    """Run the real `sandlot` CLI in a subprocess with the shared cache."""
+
+    def run(*args: str, timeout: float = 600, env: dict[str, str] | None = None,
+            ) -> subprocess.CompletedProcess[str]:
+        full_env = {**os.environ, "SANDLOT_CACHE_DIR": str(cache_dir), "COLUMNS": "200",
+                    "PYTHONPATH": str(REPO / "tests"), **(env or {})}
+        return subprocess.run(sandlot_cmd(*args), capture_output=True, text=True,
+                              timeout=timeout, env=full_env, cwd=REPO)
+
+    return run

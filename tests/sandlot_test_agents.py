@@ -1,0 +1,47 @@
+"""Agents for tests, loaded through the `module:Class` escape hatch (PYTHONPATH=tests).
+
+ShellAgent runs the task's instruction.md as a bash script in the agent phase: a scripted
+stand-in for an agent that tries things (probes isolation, hangs, plants files).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from sandlot.agents.base import AgentContext, AgentOutcome
+from sandlot.agents.oracle import raise_for_limits
+from sandlot.errors import ErrorKind, TrialError
+from sandlot.fsutil import write_atomic
+
+
+class ShellAgent:
+    name = "shell"
+
+    def __init__(self, model: str | None = None) -> None:
+        self.model = model
+
+    async def setup(self, ctx: AgentContext) -> None:
+        return None
+
+    async def run(self, ctx: AgentContext) -> AgentOutcome:
+        result = await ctx.sandbox.exec(["bash", "-c", ctx.task.instruction],
+                                        timeout_sec=ctx.timeout_sec, network=ctx.network)
+        write_atomic(ctx.logs_dir / "stdout.txt", result.stdout)
+        write_atomic(ctx.logs_dir / "stderr.txt", result.stderr)
+        if result.timed_out:
+            raise TrialError(ErrorKind.AGENT_TIMEOUT, "the script timed out", "agent")
+        raise_for_limits(result, "agent", "the script")
+        return AgentOutcome(exit_code=result.exit_code, script_time_sec=result.duration_sec)
+
+
+class FlakyAgent(ShellAgent):
+    """Crashes (a harness-side exception) on its first try per trial, then behaves."""
+
+    name = "flaky"
+
+    async def setup(self, ctx: AgentContext) -> None:
+        marker = Path(os.environ["FLAKY_MARKER_DIR"]) / ctx.logs_dir.parent.name
+        if not marker.exists():
+            marker.write_text("crashed once")
+            raise RuntimeError("simulated harness crash")

@@ -1,0 +1,299 @@
+"""End to end through the real CLI, real bubblewrap sandboxes and real task scripts."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, sandlot_cmd, write_task
+
+pytestmark = [pytest.mark.e2e]
+
+SHELL_AGENT = "sandlot_test_agents:ShellAgent"
+
+
+def load(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
+def results(job: Path) -> dict[str, dict]:
+    return {p.parent.name: load(p) for p in job.glob("*/result.json")}
+
+
+def test_examples_oracle_pass_every_task_with_pass_at_1_and_2(run_cli, examples_dir, tmp_path):
+    proc = run_cli("run", str(examples_dir), "--agent", "oracle", "-n", "4", "-k", "2",
+                   "--jobs-dir", str(tmp_path), "--job-name", "demo")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    summary = load(tmp_path / "demo" / "summary.json")
+    n_tasks = len(list(examples_dir.glob("*/task.toml")))
+    assert n_tasks >= 8
+    assert summary["n_trials"] == summary["n_passed"] == 2 * n_tasks
+    assert summary["n_errored"] == 0 and summary["pass_rate"] == 1.0
+    assert summary["pass_at_k"] == {"1": 1.0, "2": 1.0}
+    assert summary["complete"] is True and summary["schema_version"] == 1
+    res = results(tmp_path / "demo")
+    assert {r["attempt"] for r in res.values()} == {1, 2}
+    for r in res.values():
+        assert r["reward"] == 1.0 and r["passed"] and r["error"] is None
+        assert set(r["timing"]) >= {"setup", "agent", "verify", "cleanup", "total"}
+    assert "pass@2" in proc.stdout
+
+
+def test_examples_tests_fail_on_the_untouched_environment(run_cli, examples_dir, tmp_path):
+    proc = run_cli("run", str(examples_dir), "--agent", "nop", "-n", "4",
+                   "--jobs-dir", str(tmp_path), "--job-name", "nop")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    res = results(tmp_path / "nop")
+    assert len(res) == len(list(examples_dir.glob("*/task.toml")))
+    for name, r in res.items():
+        assert r["error"] is None, (name, r["error"])
+        assert r["reward"] is not None and r["reward"] < 1.0, name
+        assert not r["passed"]
+
+
+def test_agent_phase_isolation(run_cli, make_task, tmp_path):
+    """The agent cannot see tests/solution, host secrets, host files or any network."""
+    import socket
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    port = server.getsockname()[1]
+    host_marker = tmp_path / "host-only.txt"
+    host_marker.write_text("host secret file")
+    probe = f"""
+        set +e
+        out=/app/probe.txt
+        check() {{
+          if eval "$2" >/dev/null 2>&1; then echo "$1=yes" >> $out; else echo "$1=no" >> $out; fi
+        }}
+        check tests_dir 'ls /tests'
+        check solution_dir 'ls /solution'
+        check task_dir 'ls {tmp_path}/tasks/probe/tests'
+        check host_file 'cat {host_marker}'
+        check jobs_dir 'test -e {tmp_path}/jobs/iso'
+        check secret_env 'env | grep -q SANDLOT_TEST_SECRET'
+        check api_key_env 'env | grep -q OPENAI_API_KEY'
+        check host_loopback 'timeout 3 bash -c "echo hi > /dev/tcp/127.0.0.1/{port}"'
+        check outside_net 'timeout 3 bash -c "echo hi > /dev/tcp/1.1.1.1/53"'
+        check write_etc 'echo pwned > /etc/sandlot-isolation-probe'
+        check write_host_tmp 'echo pwned > {tmp_path}/written-by-agent'
+        echo 1 > /logs/verifier/reward.txt
+        echo "home=$HOME" >> $out
+    """
+    make_task("probe", instruction=probe, test_sh=f"""
+        cp /app/probe.txt /logs/verifier/probe.txt
+        if timeout 3 bash -c "echo hi > /dev/tcp/127.0.0.1/{port}" 2>/dev/null; then
+          echo verify_host_loopback=yes >> /logs/verifier/probe.txt
+        else
+          echo verify_host_loopback=no >> /logs/verifier/probe.txt
+        fi
+        echo 0.5 > /logs/verifier/reward.txt
+    """)
+    try:
+        proc = run_cli("run", str(tmp_path / "tasks"), "--agent", SHELL_AGENT,
+                       "--jobs-dir", str(tmp_path / "jobs"), "--job-name", "iso",
+                       env={"SANDLOT_TEST_SECRET": "s3cr3t", "OPENAI_API_KEY": "sk-test"})
+    finally:
+        server.close()
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    trial = tmp_path / "jobs" / "iso" / "probe__1"
+    result = load(trial / "result.json")
+    assert result["error"] is None, result["error"]
+    # The agent's early reward.txt was discarded: test.sh's 0.5 is what counts.
+    assert result["reward"] == 0.5
+    probe_lines = (trial / "verifier" / "logs" / "probe.txt").read_text().split()
+    seen = dict(line.split("=", 1) for line in probe_lines)
+    for key in ("tests_dir", "solution_dir", "task_dir", "host_file", "jobs_dir", "secret_env",
+                "api_key_env", "host_loopback", "outside_net", "verify_host_loopback"):
+        assert seen[key] == "no", (key, seen)
+    # Writes land in the trial's own overlay, never on the host.
+    assert seen["write_etc"] == "yes"
+    assert not Path("/etc/sandlot-isolation-probe").exists()
+    assert not (tmp_path / "written-by-agent").exists()
+    assert seen["home"] == "/root"
+
+
+def test_hanging_solution_is_killed_at_its_timeout(run_cli, make_task, tmp_path):
+    make_task("hang", agent_timeout=2, solve_sh="sh -c 'sleep 1000; :' sandlot-hang-marker\n",
+              test_sh="echo 0 > /logs/verifier/reward.txt")
+    started = time.monotonic()
+    proc = run_cli("run", str(tmp_path / "tasks"), "--agent", "oracle",
+                   "--jobs-dir", str(tmp_path / "jobs"), "--job-name", "hang")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert time.monotonic() - started < 60
+    result = load(tmp_path / "jobs" / "hang" / "hang__1" / "result.json")
+    assert result["error"]["kind"] == "agent_timeout"
+    assert result["error"]["phase"] == "agent"
+    assert 2 <= result["timing"]["agent"] < 10
+    # The verifier still scored what was left, but an errored trial never counts as passed.
+    assert result["reward"] == 0.0 and result["passed"] is False
+    summary = load(tmp_path / "jobs" / "hang" / "summary.json")
+    assert summary["n_errored"] == 1 and summary["errors_by_kind"] == {"agent_timeout": 1}
+    assert summary["pass_rate"] is None
+    leftover = subprocess.run(["pgrep", "-f", "sandlot-hang-marker"], capture_output=True)
+    assert leftover.returncode == 1, leftover.stdout
+
+
+@pytest.mark.parametrize(("test_sh", "kind"), [
+    ("echo banana > /logs/verifier/reward.txt", "reward_parse_error"),
+    ("echo '{\"reward\": \"high\"}' > /logs/verifier/reward.json", "reward_parse_error"),
+    ("echo tests ran but wrote nothing", "reward_missing"),
+    ("sleep 600", "verifier_timeout"),
+])
+def test_verifier_failures_are_typed_errors(run_cli, make_task, tmp_path, test_sh, kind):
+    make_task("verify-bad", test_sh=test_sh, verifier_timeout=2)
+    proc = run_cli("run", str(tmp_path / "tasks"), "--agent", "oracle",
+                   "--jobs-dir", str(tmp_path / "jobs"), "--job-name", "v")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    result = load(tmp_path / "jobs" / "v" / "verify-bad__1" / "result.json")
+    assert result["error"]["kind"] == kind
+    assert result["error"]["phase"] == "verify"
+    assert result["reward"] is None and not result["passed"]
+    assert kind in proc.stdout
+
+
+def test_memory_limit_is_named(run_cli, make_task, tmp_path):
+    make_task("hog", task_toml='[agent]\ntimeout_sec = 60\n[environment]\nmemory_mb = 64\n',
+              solve_sh="python3 -c 'x = bytearray(400 * 1024 * 1024)'\n",
+              test_sh="echo 0 > /logs/verifier/reward.txt")
+    proc = run_cli("run", str(tmp_path / "tasks"), "--agent", "oracle",
+                   "--jobs-dir", str(tmp_path / "jobs"), "--job-name", "m")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    result = load(tmp_path / "jobs" / "m" / "hog__1" / "result.json")
+    assert result["error"]["kind"] == "memory_limit"
+    assert "memory_mb" in result["error"]["message"]
+
+
+def test_dockerfile_layer_is_built_once_and_reused(run_cli, tmp_path):
+    counter = tmp_path / "builds"
+    # The RUN step cannot write to the host (tmp_path is hidden), so count builds through
+    # the layer's own content: every trial sees the same build id.
+    write_task(tmp_path / "tasks", "layered", dockerfile=(
+        "FROM debian:bookworm-slim\nWORKDIR /srv/app\nENV GREETING=hello\n"
+        "COPY data.txt ./data.txt\nRUN head -c 8 /dev/urandom | od -An -tx1 > build-id\n"),
+        files={"environment/data.txt": "payload\n"},
+        solve_sh="cat build-id > /srv/app/seen && echo $GREETING >> /srv/app/seen\n",
+        test_sh="cp /srv/app/seen /logs/verifier/seen; "
+                "cat /srv/app/data.txt >> /logs/verifier/seen; echo 1 > /logs/verifier/reward.txt")
+    proc = run_cli("run", str(tmp_path / "tasks"), "--agent", "oracle", "-k", "3", "-n", "3",
+                   "--jobs-dir", str(tmp_path / "jobs"), "--job-name", "l")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    seen = {(tmp_path / "jobs" / "l" / f"layered__{a}" / "verifier" / "logs" / "seen")
+            .read_text() for a in (1, 2, 3)}
+    assert len(seen) == 1
+    build_id, greeting, data = seen.pop().strip().split("\n")
+    assert greeting == "hello" and data == "payload" and build_id.strip()
+    assert not counter.exists()
+
+
+def _wait_for(predicate, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out waiting"
+        time.sleep(0.1)
+
+
+def _slow_tasks(root: Path, n: int, marker: str) -> None:
+    for i in range(n):
+        write_task(root, f"slow-{i:02d}",
+                   solve_sh=f"sh -c 'sleep 1.5; :' {marker}\necho ok > done\n",
+                   test_sh="test -f /app/done && echo 1 > /logs/verifier/reward.txt"
+                           " || echo 0 > /logs/verifier/reward.txt")
+
+
+@pytest.mark.slow
+def test_sigkill_then_resume_loses_and_reruns_nothing(cache_dir, tmp_path):
+    marker = f"sandlot-resume-{os.getpid()}"
+    _slow_tasks(tmp_path / "tasks", 6, marker)
+    job = tmp_path / "jobs" / "r"
+    args = sandlot_cmd("run", str(tmp_path / "tasks"), "--agent", "oracle", "-n", "2",
+                       "--jobs-dir", str(tmp_path / "jobs"), "--job-name", "r")
+    env = {**os.environ, "SANDLOT_CACHE_DIR": str(cache_dir)}
+    proc = subprocess.Popen(args, cwd=REPO, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    _wait_for(lambda: len(list(job.glob("*/result.json"))) >= 2)
+    _wait_for(lambda: subprocess.run(["pgrep", "-f", marker]).returncode == 0)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    before = {p.parent.name: p.read_bytes() for p in job.glob("*/result.json")}
+    assert 2 <= len(before) < 6
+    # Every child died with sandlot: no sleeping solve.sh, no sandbox holder.
+    _wait_for(lambda: subprocess.run(["pgrep", "-f", marker]).returncode == 1, 10)
+    holders = subprocess.run(["pgrep", "-f", str(cache_dir / "scratch")], capture_output=True)
+    assert holders.returncode == 1, holders.stdout
+    second = subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert second.returncode == 0, second.stdout + second.stderr
+    after = {p.parent.name: p.read_bytes() for p in job.glob("*/result.json")}
+    assert len(after) == 6
+    for name, raw in before.items():
+        assert after[name] == raw, f"{name} was rerun"
+    summary = load(job / "summary.json")
+    assert summary["complete"] and summary["n_passed"] == 6
+    assert summary["n_resumed"] == len(before)
+    scratch = cache_dir / "scratch"
+    assert not scratch.exists() or not list(scratch.iterdir())
+
+
+@pytest.mark.slow
+def test_ctrl_c_tears_down_and_writes_partial_summary(cache_dir, tmp_path):
+    marker = f"sandlot-sigint-{os.getpid()}"
+    _slow_tasks(tmp_path / "tasks", 4, marker)
+    job = tmp_path / "jobs" / "c"
+    args = sandlot_cmd("run", str(tmp_path / "tasks"), "--agent", "oracle", "-n", "2",
+                       "--jobs-dir", str(tmp_path / "jobs"), "--job-name", "c")
+    env = {**os.environ, "SANDLOT_CACHE_DIR": str(cache_dir)}
+    proc = subprocess.Popen(args, cwd=REPO, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    _wait_for(lambda: subprocess.run(["pgrep", "-f", marker],
+                                     capture_output=True).returncode == 0)
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 130, out
+    assert "interrupted" in out
+    assert subprocess.run(["pgrep", "-f", marker]).returncode == 1
+    summary = load(job / "summary.json")
+    assert summary["complete"] is False
+    assert summary["errors_by_kind"].get("cancelled", 0) >= 1
+    resumed = subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True,
+                             timeout=300)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    summary = load(job / "summary.json")
+    assert summary["complete"] and summary["n_passed"] == 4 and summary["n_errored"] == 0
+
+
+def test_resume_refuses_a_changed_setting(run_cli, make_task, tmp_path):
+    make_task("quick")
+    base = ("run", str(tmp_path / "tasks"), "--agent", "oracle",
+            "--jobs-dir", str(tmp_path / "jobs"), "--job-name", "same")
+    assert run_cli(*base).returncode == 0
+    again = run_cli(*base, "-n", "3")  # concurrency may change on resume
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "1 resumed" in again.stdout
+    changed = run_cli(*base, "-k", "2")
+    assert changed.returncode == 2
+    assert "n_attempts: was 1, now 2" in changed.stdout
+
+
+def test_infra_errors_are_retried_and_earlier_tries_kept(run_cli, make_task, tmp_path):
+    make_task("flaky", instruction="echo fine > /app/out\n")
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    proc = run_cli("run", str(tmp_path / "tasks"), "--agent", "sandlot_test_agents:FlakyAgent",
+                   "--max-retries", "2", "--jobs-dir", str(tmp_path / "jobs"),
+                   "--job-name", "f", env={"FLAKY_MARKER_DIR": str(markers)})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    trial = tmp_path / "jobs" / "f" / "flaky__1"
+    result = load(trial / "result.json")
+    assert result["error"] is None and result["passed"] and result["tries"] == 2
+    first = load(trial / "retries" / "try-1" / "result.json")
+    assert first["error"]["kind"] == "internal_error"
+    assert "simulated harness crash" in first["error"]["message"]
+    summary = load(tmp_path / "jobs" / "f" / "summary.json")
+    assert summary["n_trials"] == 1 and summary["n_passed"] == 1
