@@ -34,7 +34,7 @@ def _fail(console: Console, message: str) -> typer.Exit:
 def _print_problems(console: Console, problems: list) -> None:  # type: ignore[type-arg]
     for p in problems:
         color = "red" if p.severity == "error" else "yellow"
-        field = f" [{escape(p.field)}]" if p.field else ""
+        field = " " + escape(f"[{p.field}]") if p.field else ""
         console.print(f"[{color}]{p.severity}[/] {escape(p.task)}/{escape(p.file)}{field}: "
                       f"{escape(p.message)}\n    [dim]fix:[/] {escape(p.fix)}")
 
@@ -105,7 +105,7 @@ def run(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only the final tables.")] = False,
 ) -> None:
     """Run every task with an agent; resume a job by running it again with its --job-name."""
-    from sandlot.agents import UnknownAgentError, resolve_agent_path
+    from sandlot.agents import UnknownAgentError, create_agent
     from sandlot.errors import SandboxError
     from sandlot.job import ConfigMismatchError, run_job
     from sandlot.models import JobConfig
@@ -120,7 +120,7 @@ def run(
     if agent_network not in (None, "none", "public"):
         raise _fail(console, f"--agent-network must be none or public, not {agent_network!r}")
     try:
-        resolve_agent_path(agent)
+        create_agent(agent, model)
     except UnknownAgentError as exc:
         raise _fail(console, str(exc)) from exc
     paths = discover_tasks(tasks_dir, include, exclude, n_tasks)
@@ -133,7 +133,7 @@ def run(
         _print_problems(console, errors)
         raise _fail(console, f"{len({p.task for p in errors})} of {len(paths)} tasks are "
                     "invalid; nothing was run (see `sandlot tasks check`)")
-    tasks = [load_task(p) for p in paths]
+    tasks = [load_task(p, need_solution=agent == "oracle") for p in paths]
     cache = (cache_dir or default_cache_dir()).resolve()
     jobs_root = jobs_dir.resolve()
     config = JobConfig(

@@ -33,6 +33,13 @@ RETRYABLE_KINDS: frozenset[ErrorKind] = frozenset(
 )
 
 
+#: Agent-phase failures that are the agent's own result: the verifier still scores what the
+#: agent left, and the trial counts as passed or failed by that reward (not as errored).
+AGENT_FAULT_KINDS: frozenset[ErrorKind] = frozenset(
+    {ErrorKind.AGENT_TIMEOUT, ErrorKind.AGENT_ERROR, ErrorKind.MEMORY_LIMIT, ErrorKind.PIDS_LIMIT}
+)
+
+
 class TrialError(Exception):
     """Raised inside a trial phase; the trial turns it into result.json's `error`."""
 

@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from sandlot.errors import ErrorKind
+from sandlot.errors import AGENT_FAULT_KINDS, ErrorKind
 
 SCHEMA_VERSION = 1
 
@@ -55,6 +55,13 @@ class ErrorInfo(BaseModel):
     phase: str | None = None
 
 
+def is_scored(kind: ErrorKind | None, phase: str | None, reward: float | None) -> bool:
+    """A trial counts as passed/failed when it has a reward and no harness-side error."""
+    if reward is None:
+        return False
+    return kind is None or (kind in AGENT_FAULT_KINDS and phase == "agent")
+
+
 class TrialResult(BaseModel):
     """One trial's outcome: jobs/<job>/<task>__<attempt>/result.json."""
 
@@ -79,6 +86,12 @@ class TrialResult(BaseModel):
     sandbox: str = "local"
     agent_exit_code: int | None = Field(default=None, description="Exit code of the agent.")
     verifier_exit_code: int | None = Field(default=None, description="Exit code of test.sh.")
+
+    @property
+    def scored(self) -> bool:
+        """Counts as passed or failed (not errored); see `is_scored`."""
+        err = self.error
+        return is_scored(err.kind if err else None, err.phase if err else None, self.reward)
 
 
 class PhaseTiming(BaseModel):

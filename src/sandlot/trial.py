@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sandlot.agents.base import Agent, AgentContext
-from sandlot.errors import ErrorKind, SandboxError, TrialError
+from sandlot.errors import AGENT_FAULT_KINDS, ErrorKind, SandboxError, TrialError
 from sandlot.fsutil import write_atomic, write_model
 from sandlot.models import ErrorInfo, TrialResult, utc_now
 from sandlot.sandbox.base import EnvironmentRequest, Network, Sandbox, SandboxBackend, SandboxSpec
@@ -21,8 +21,7 @@ from sandlot.tasks.loader import Task
 from sandlot.verify import Verifier
 
 #: Agent-phase errors after which the verifier still scores what the agent left behind.
-VERIFY_AFTER = frozenset({ErrorKind.AGENT_TIMEOUT, ErrorKind.AGENT_ERROR,
-                          ErrorKind.MEMORY_LIMIT, ErrorKind.PIDS_LIMIT})
+VERIFY_AFTER = AGENT_FAULT_KINDS
 CLEANUP_TIMEOUT_SEC = 60.0
 
 
@@ -167,7 +166,7 @@ async def run_trial(plan: TrialPlan, settings: TrialSettings, backend: SandboxBa
                 await _stop_shielded(sandbox, clock)
         result.timing = {**clock.timing, "total": round(time.monotonic() - started, 4)}
         result.finished_at = utc_now()
-        if result.error is not None:
+        if not result.scored:
             result.passed = False
         write_model(plan.dir / "result.json", result)
     if cancelled is not None:

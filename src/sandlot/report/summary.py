@@ -21,12 +21,13 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 def task_pass_at_k(results: list[TrialResult], max_k: int) -> dict[str, float]:
     """Mean over tasks of pass@k, for each k up to `max_k`.
 
-    Errored trials are left out (they measure the harness, not the agent); a task counts
+    Errored trials are left out (they measure the harness, not the agent; an agent's own
+    timeout or crash is a scored failure, see `TrialResult.scored`); a task counts
     for a given k only if it has at least k scored trials.
     """
     by_task: dict[str, list[TrialResult]] = defaultdict(list)
     for r in results:
-        if r.error is None:
+        if r.scored:
             by_task[r.task].append(r)
     out: dict[str, float] = {}
     for k in range(1, max_k + 1):
@@ -40,15 +41,15 @@ def task_pass_at_k(results: list[TrialResult], max_k: int) -> dict[str, float]:
 def summarize(job_name: str, agent: str, model: str | None, n_planned: int, max_k: int,
               results: list[TrialResult], *, n_resumed: int = 0,
               complete: bool = False) -> JobSummary:
-    scored = [r for r in results if r.error is None]
-    errored = [r for r in results if r.error is not None]
+    scored = [r for r in results if r.scored]
+    errored = [r for r in results if not r.scored]
     n_passed = sum(r.passed for r in scored)
     rewards = [r.reward for r in scored if r.reward is not None]
     phases: dict[str, list[float]] = defaultdict(list)
     for r in results:
         for phase, sec in r.timing.items():
             phases[phase].append(sec)
-    kinds = Counter(str(r.error.kind) for r in errored if r.error is not None)
+    kinds = Counter(str(r.error.kind) for r in results if r.error is not None)
     return JobSummary(
         job_name=job_name, agent=agent, model=model, n_trials_planned=n_planned,
         n_trials=len(results), n_passed=n_passed, n_failed=len(scored) - n_passed,

@@ -23,7 +23,7 @@ def tasks_table(results: list[TrialResult]) -> Table:
         by_task[r.task].append(r)
     for task in sorted(by_task):
         rs = by_task[task]
-        scored = [r for r in rs if r.error is None]
+        scored = [r for r in rs if r.scored]
         rewards = [r.reward for r in scored if r.reward is not None]
         kinds = sorted({str(r.error.kind) for r in rs if r.error is not None})
         table.add_row(task, str(sum(r.passed for r in scored)),

@@ -26,8 +26,9 @@ from sandlot.sandbox.procutil import child_setup, read_capped
 #: Host paths every sandbox sees as empty folders: no host secrets, no host HOME.
 DEFAULT_MASKS = ("/root", "/home", "/tmp", "/var/tmp", "/run", "/mnt", "/media", "/srv",
                  "/opt/sandlot")
-#: Docker's default capability set (no SYS_ADMIN: no mounting, no escaping the overlay).
-CAPS = ("CHOWN", "DAC_OVERRIDE", "FSETID", "FOWNER", "MKNOD", "NET_RAW", "SETGID", "SETUID",
+#: Docker's default capability set minus MKNOD (no device cgroup here to make MKNOD safe)
+#: and of course no SYS_ADMIN: no mounting, no escaping the overlay.
+CAPS = ("CHOWN", "DAC_OVERRIDE", "FSETID", "FOWNER", "NET_RAW", "SETGID", "SETUID",
         "SETFCAP", "SETPCAP", "NET_BIND_SERVICE", "SYS_CHROOT", "KILL", "AUDIT_WRITE")
 SLIRP_DNS = "10.0.2.3"
 REQUIRED_TOOLS = ("bwrap", "unshare", "nsenter", "mount")
@@ -99,7 +100,9 @@ class LocalSandbox:
         layer = self.spec.layers[0] if self.spec.layers else None
         hide = [Path(p) for p in DEFAULT_MASKS if Path(p).exists()]
         hide += [p.resolve() for p in self.spec.masked_paths if p.exists()]
-        hide = [p for p in hide if p != Path("/") and not Path(self.spec.workdir).is_relative_to(p)
+        # Masks apply even above the workdir (e.g. WORKDIR /tmp/work): the workdir is
+        # created afterwards inside the opaque, empty folder.
+        hide = [p for p in hide if p != Path("/")
                 and not (layer is not None and (layer / str(p).lstrip("/")).exists())]
         try:
             _mask_layer(self._upper, hide)

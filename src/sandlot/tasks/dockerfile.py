@@ -16,6 +16,10 @@ from pathlib import Path
 IGNORED = {"LABEL", "EXPOSE", "CMD", "ENTRYPOINT", "STOPSIGNAL", "HEALTHCHECK", "VOLUME",
            "MAINTAINER"}
 ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tar.xz", ".txz")
+#: What a Debian base image's environment holds before the Dockerfile adds to it, so
+#: `ENV PATH=/opt/venv/bin:$PATH` extends the usual PATH instead of emptying it.
+IMAGE_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+             "HOME": "/root"}
 USE_CONTAINER = "use a container backend (--sandbox docker/podman) for this task"
 
 
@@ -139,7 +143,7 @@ def parse_dockerfile(text: str) -> DockerfilePlan:
         instr, _, rest = content.partition(" ")
         instr = instr.upper()
         rest = rest.strip()
-        scope = {**args, **env}
+        scope = {**IMAGE_ENV, **args, **env}
 
         def refuse(msg: str, line: int = line) -> None:
             plan.issues.append(DockerfileIssue(line, f"{msg}; {USE_CONTAINER}"))
