@@ -1,0 +1,451 @@
+"""Task validation: check_task / check_tasks, `sandlot tasks check`, `sandlot run` refusing
+invalid tasks up front, TaskConfig keeping unknown keys, and discover_tasks filters."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from sandlot.errors import TaskLoadError
+from sandlot.tasks import Problem, TaskConfig, check_task, check_tasks, discover_tasks, load_task
+
+# ---------------------------------------------------------------- helpers
+
+
+def errors(problems: list[Problem]) -> list[Problem]:
+    return [p for p in problems if p.severity == "error"]
+
+
+def only(problems: list[Problem], file: str) -> list[Problem]:
+    return [p for p in problems if p.file == file]
+
+
+def one_error(problems: list[Problem], file: str) -> Problem:
+    found = errors(only(problems, file))
+    assert len(found) == 1, f"expected one error for {file}, got {problems}"
+    return found[0]
+
+
+# ---------------------------------------------------------------- a valid task
+
+
+def test_a_well_formed_task_has_no_problems(make_task) -> None:
+    task = make_task("good")
+    assert check_task(task) == []
+    loaded = load_task(task)
+    assert loaded.name == "good"
+    assert loaded.config.agent.timeout_sec == 60
+
+
+# ---------------------------------------------------------------- files
+
+
+def test_missing_instruction_md_is_an_error(make_task) -> None:
+    task = make_task("no-instruction")
+    (task / "instruction.md").unlink()
+    problem = one_error(check_task(task), "instruction.md")
+    assert problem.task == "no-instruction"
+    assert "missing" in problem.message
+    assert "instruction.md" in problem.fix
+
+
+@pytest.mark.parametrize("content", ["", "   \n\n\t\n"])
+def test_empty_instruction_md_is_an_error(make_task, content: str) -> None:
+    task = make_task("empty-instruction", instruction=content)
+    problem = one_error(check_task(task), "instruction.md")
+    assert "empty" in problem.message
+
+
+def test_test_sh_not_executable_says_chmod(make_task) -> None:
+    task = make_task("not-exec")
+    (task / "tests" / "test.sh").chmod(0o644)
+    problem = one_error(check_task(task), "tests/test.sh")
+    assert "not executable" in problem.message
+    assert "chmod +x" in problem.fix
+
+
+def test_missing_test_sh_is_an_error(make_task) -> None:
+    task = make_task("no-test")
+    (task / "tests" / "test.sh").unlink()
+    problem = one_error(check_task(task), "tests/test.sh")
+    assert "missing" in problem.message
+    assert "reward" in problem.fix  # tells what test.sh must do
+
+
+def test_missing_solve_sh_is_an_error_for_the_oracle(make_task) -> None:
+    task = make_task("no-solution")
+    (task / "solution" / "solve.sh").unlink()
+    problem = one_error(check_task(task), "solution/solve.sh")
+    assert "missing" in problem.message
+    with pytest.raises(TaskLoadError):
+        load_task(task)
+
+
+def test_missing_solve_sh_is_only_a_warning_without_need_solution(make_task) -> None:
+    task = make_task("no-solution")
+    (task / "solution" / "solve.sh").unlink()
+    problems = check_task(task, need_solution=False)
+    assert errors(problems) == []
+    [warning] = only(problems, "solution/solve.sh")
+    assert warning.severity == "warning"
+
+
+def test_missing_task_toml_is_reported_not_raised(make_task) -> None:
+    task = make_task("no-toml")
+    (task / "task.toml").unlink()
+    problem = one_error(check_task(task), "task.toml")
+    assert "missing" in problem.message
+
+
+def test_every_problem_of_a_task_is_listed_not_just_the_first(make_task) -> None:
+    task = make_task("many", instruction="",
+                     task_toml='[agent]\ntimeout_sec = "soon"\n')
+    (task / "tests" / "test.sh").chmod(0o644)
+    (task / "solution" / "solve.sh").unlink()
+    files = {p.file for p in errors(check_task(task))}
+    assert files == {"task.toml", "instruction.md", "tests/test.sh", "solution/solve.sh"}
+
+
+def test_check_tasks_covers_every_task(make_task) -> None:
+    good = make_task("good")
+    bad = make_task("bad", instruction="")
+    problems = check_tasks([good, bad])
+    assert {p.task for p in problems} == {"bad"}
+
+
+def test_problem_str_names_task_file_field_and_fix() -> None:
+    p = Problem("t", "task.toml", "agent.timeout_sec (line 3)", "not a number", "set it")
+    assert str(p) == "t/task.toml: agent.timeout_sec (line 3): not a number (fix: set it)"
+
+
+# ---------------------------------------------------------------- task.toml
+
+
+def test_bad_toml_syntax_names_the_file_and_line(make_task) -> None:
+    task = make_task("bad-toml", task_toml='version = "1.0"\n[agent]\ntimeout_sec = = 3\n')
+    problem = one_error(check_task(task), "task.toml")
+    assert problem.field == "line 3"
+    assert "line 3" in str(problem)
+    assert "TOML" in problem.message
+    assert problem.fix
+
+
+def test_unterminated_string_in_toml_names_its_line(make_task) -> None:
+    toml = 'version = "1.0"\n\n[verifier]\ntimeout_sec = 10\nenv = { A = "open }\n'
+    problem = one_error(check_task(make_task("bad-toml2", task_toml=toml)), "task.toml")
+    assert problem.field == "line 5"
+
+
+@pytest.mark.parametrize("value", ['"ten"', '"10 minutes"', "[1, 2]", "{ a = 1 }"])
+def test_timeout_not_a_number_names_field_line_and_fix(make_task, value: str) -> None:
+    toml = f'version = "1.0"\n[agent]\ntimeout_sec = {value}\n'
+    problem = one_error(check_task(make_task("bad-timeout", task_toml=toml)), "task.toml")
+    assert problem.field is not None
+    assert problem.field.startswith("agent.timeout_sec")
+    assert "line 3" in problem.field
+    assert "agent.timeout_sec" in problem.fix
+    assert "number" in problem.fix
+
+
+def test_verifier_timeout_not_a_number_is_told_apart_from_agent_timeout(make_task) -> None:
+    toml = '[agent]\ntimeout_sec = 5\n[verifier]\ntimeout_sec = "x"\n'
+    problem = one_error(check_task(make_task("vt", task_toml=toml)), "task.toml")
+    assert problem.field == "verifier.timeout_sec (line 4)"
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "-0.5"])
+def test_timeout_must_be_positive(make_task, value: str) -> None:
+    toml = f"[agent]\ntimeout_sec = {value}\n"
+    problem = one_error(check_task(make_task("zero", task_toml=toml)), "task.toml")
+    assert problem.field == "agent.timeout_sec (line 2)"
+
+
+@pytest.mark.xfail(strict=True, reason="bug: TOML `true` is coerced to 1.0 s by pydantic's lax "
+                   "float; a boolean timeout is accepted instead of reported as not a number")
+def test_boolean_timeout_is_not_a_number(make_task) -> None:
+    toml = "[agent]\ntimeout_sec = true\n"
+    problem = one_error(check_task(make_task("bool-timeout", task_toml=toml)), "task.toml")
+    assert problem.field is not None and problem.field.startswith("agent.timeout_sec")
+
+
+@pytest.mark.xfail(strict=True, reason="bug: _key_line only finds `key =` under a [table] "
+                   "header, so a dotted key `agent.timeout_sec = ...` gets no line number")
+def test_dotted_key_timeout_error_names_the_line(make_task) -> None:
+    toml = 'version = "1.0"\nagent.timeout_sec = "x"\n'
+    problem = one_error(check_task(make_task("dotted", task_toml=toml)), "task.toml")
+    assert problem.field == "agent.timeout_sec (line 2)"
+
+
+def test_negative_memory_mb_is_an_error(make_task) -> None:
+    toml = "[environment]\ncpus = 1\nmemory_mb = -512\n"
+    problem = one_error(check_task(make_task("neg-mem", task_toml=toml)), "task.toml")
+    assert problem.field == "environment.memory_mb (line 3)"
+    assert "-512" in problem.message
+    assert "positive" in problem.fix
+
+
+def test_invalid_network_mode_lists_the_allowed_values(make_task) -> None:
+    toml = '[environment]\nnetwork_mode = "bridge"\n'
+    problem = one_error(check_task(make_task("net", task_toml=toml)), "task.toml")
+    assert problem.field == "environment.network_mode (line 2)"
+    assert "bridge" in problem.message
+    assert "none" in problem.fix and "public" in problem.fix
+
+
+def test_section_that_is_not_a_table_is_an_error(make_task) -> None:
+    problem = one_error(check_task(make_task("flat", task_toml="environment = 5\n")),
+                        "task.toml")
+    assert problem.field == "environment (line 1)"
+    assert "table" in problem.fix
+
+
+def test_several_field_errors_are_all_listed(make_task) -> None:
+    toml = ('[agent]\ntimeout_sec = "x"\n[environment]\nmemory_mb = -1\n'
+            'network_mode = "host"\n')
+    fields = {p.field for p in errors(check_task(make_task("multi", task_toml=toml)))}
+    assert fields == {"agent.timeout_sec (line 2)", "environment.memory_mb (line 4)",
+                      "environment.network_mode (line 5)"}
+
+
+def test_unknown_keys_are_kept_and_not_fatal(make_task) -> None:
+    toml = ('version = "1.0"\nsource = "terminal-bench"\n'
+            '[metadata]\nauthor = "a"\ndifficulty = "hard"\n'
+            '[agent]\ntimeout_sec = 30\nlaunch_mode = "tmux"\n'
+            '[environment]\nmemory_mb = 1024\ngpu = 0\n'
+            '[custom]\nanything = [1, 2]\n')
+    task = make_task("extras", task_toml=toml)
+    assert check_task(task) == []
+    config = TaskConfig.model_validate(tomllib.loads(toml))
+    assert config.model_extra == {"source": "terminal-bench", "custom": {"anything": [1, 2]}}
+    assert config.agent.model_extra == {"launch_mode": "tmux"}
+    assert config.environment.model_extra == {"gpu": 0}
+    assert config.metadata == {"author": "a", "difficulty": "hard"}
+    assert config.agent.timeout_sec == 30
+    assert load_task(task).config.model_extra == config.model_extra
+
+
+def test_defaults_when_sections_are_absent() -> None:
+    config = TaskConfig.model_validate({})
+    assert config.agent.timeout_sec > 0
+    assert config.verifier.timeout_sec > 0
+    assert config.environment.network_mode == "none"
+    assert config.environment.memory_mb is None
+
+
+# ---------------------------------------------------------------- Dockerfile
+
+
+DOCKERFILE_REFUSALS = {
+    "multi-stage": ("FROM python:3.11 AS build\nRUN true\nFROM debian:bookworm\n", 3),
+    "user-nobody": ("FROM debian:bookworm\nWORKDIR /app\nUSER nobody\n", 3),
+    "add-url": ("FROM debian:bookworm\nADD https://example.com/data.tgz /opt/\n", 2),
+    "heredoc-run": ("FROM debian:bookworm\nWORKDIR /app\nRUN <<EOF\necho hi\nEOF\n", 3),
+}
+
+
+@pytest.mark.parametrize("case", sorted(DOCKERFILE_REFUSALS))
+def test_dockerfile_refusals_name_the_line_and_a_container_backend(make_task,
+                                                                   case: str) -> None:
+    text, line = DOCKERFILE_REFUSALS[case]
+    problems = errors(only(check_task(make_task(case, dockerfile=text)),
+                           "environment/Dockerfile"))
+    at_line = [p for p in problems if p.field == f"line {line}"]
+    assert at_line, f"no problem at line {line}: {problems}"
+    assert all("container backend" in p.fix for p in at_line)
+
+
+@pytest.mark.xfail(strict=True, reason="bug: the lines inside a RUN heredoc are parsed as "
+                   "instructions and reported as \"unknown instruction 'ECHO'\" / 'EOF'")
+def test_heredoc_body_is_not_reported_as_unknown_instructions(make_task) -> None:
+    text = "FROM debian:bookworm\nRUN <<EOF\necho hi\nEOF\n"
+    problems = only(check_task(make_task("heredoc", dockerfile=text)),
+                    "environment/Dockerfile")
+    assert [p.field for p in problems] == ["line 2"]
+
+
+def test_copy_of_a_missing_file_is_an_error(make_task) -> None:
+    text = "FROM debian:bookworm\nWORKDIR /app\nCOPY data.csv ./\n"
+    problem = one_error(check_task(make_task("copy-missing", dockerfile=text)),
+                        "environment/Dockerfile")
+    assert "data.csv" in str(problem)
+    assert "environment/" in problem.message
+
+
+def test_copy_of_an_existing_file_is_fine(make_task) -> None:
+    text = "FROM debian:bookworm\nWORKDIR /app\nCOPY data.csv ./\n"
+    task = make_task("copy-ok", dockerfile=text, files={"environment/data.csv": "a,b\n"})
+    assert check_task(task) == []
+
+
+def test_copy_escaping_environment_dir_is_an_error(make_task) -> None:
+    text = "FROM debian:bookworm\nCOPY ../task.toml /app/\n"
+    problem = one_error(check_task(make_task("copy-escape", dockerfile=text)),
+                        "environment/Dockerfile")
+    assert "../task.toml" in str(problem)
+
+
+@pytest.mark.xfail(strict=True, reason="bug: a COPY of a missing file is reported with field "
+                   "'COPY data.csv' and no line number (CopyStep does not keep its line)")
+def test_copy_of_a_missing_file_names_its_line(make_task) -> None:
+    text = "FROM debian:bookworm\nWORKDIR /app\nCOPY data.csv ./\n"
+    problem = one_error(check_task(make_task("copy-missing", dockerfile=text)),
+                        "environment/Dockerfile")
+    assert "line 3" in str(problem)
+
+
+@pytest.mark.xfail(strict=True, reason="bug: parse_dockerfile raises (shlex ValueError, "
+                   "JSONDecodeError, TypeError) on malformed COPY/ENV args, so check_task "
+                   "crashes instead of reporting a Dockerfile problem")
+@pytest.mark.parametrize("bad_line", [
+    'ENV A="unterminated',
+    "COPY 'data.csv /app/",
+    'COPY ["data.csv", "/app/"',
+    "COPY [1, 2]",
+])
+def test_malformed_dockerfile_line_is_a_problem_not_a_crash(make_task, bad_line: str) -> None:
+    text = f"FROM debian:bookworm\n{bad_line}\n"
+    task = make_task("malformed", dockerfile=text, files={"environment/data.csv": "x\n"})
+    problem = one_error(check_task(task), "environment/Dockerfile")
+    assert problem.field == "line 2"
+
+
+def test_missing_dockerfile_is_a_warning(make_task) -> None:
+    task = make_task("no-dockerfile")
+    (task / "environment" / "Dockerfile").unlink()
+    problems = check_task(task)
+    assert errors(problems) == []
+    assert [p.severity for p in only(problems, "environment/Dockerfile")] == ["warning"]
+
+
+def test_docker_compose_asks_for_a_container_backend(make_task) -> None:
+    task = make_task("compose", files={"environment/docker-compose.yaml": "services: {}\n"})
+    [problem] = errors(check_task(task))
+    assert "container backend" in problem.fix
+
+
+# ---------------------------------------------------------------- discover_tasks
+
+
+@pytest.fixture
+def task_tree(make_task, tmp_path: Path) -> Path:
+    for name in ["alpha", "beta", "gamma-1", "gamma-2", "delta"]:
+        make_task(name)
+    (tmp_path / "tasks" / "not-a-task").mkdir()
+    (tmp_path / "tasks" / "not-a-task" / "README.md").write_text("x")
+    make_task("alpha/nested")  # two levels down: not a task of the root
+    return tmp_path / "tasks"
+
+
+def names(paths: list[Path]) -> list[str]:
+    return [p.name for p in paths]
+
+
+def test_discover_finds_every_subfolder_with_task_toml_sorted(task_tree: Path) -> None:
+    assert names(discover_tasks(task_tree)) == ["alpha", "beta", "delta", "gamma-1", "gamma-2"]
+
+
+def test_discover_a_single_task_folder(task_tree: Path) -> None:
+    assert discover_tasks(task_tree / "beta") == [task_tree / "beta"]
+
+
+def test_discover_include_globs(task_tree: Path) -> None:
+    assert names(discover_tasks(task_tree, include=["gamma-*"])) == ["gamma-1", "gamma-2"]
+    assert names(discover_tasks(task_tree, include=["alpha", "d*"])) == ["alpha", "delta"]
+
+
+def test_discover_exclude_globs(task_tree: Path) -> None:
+    assert names(discover_tasks(task_tree, exclude=["gamma-*", "beta"])) == ["alpha", "delta"]
+
+
+def test_discover_include_then_exclude_then_n_tasks(task_tree: Path) -> None:
+    found = discover_tasks(task_tree, include=["*a*"], exclude=["delta"], n_tasks=2)
+    assert names(found) == ["alpha", "beta"]
+
+
+def test_discover_n_tasks(task_tree: Path) -> None:
+    assert names(discover_tasks(task_tree, n_tasks=1)) == ["alpha"]
+    assert len(discover_tasks(task_tree, n_tasks=100)) == 5
+
+
+def test_discover_nothing_matches(task_tree: Path, tmp_path: Path) -> None:
+    assert discover_tasks(task_tree, include=["zzz*"]) == []
+    (tmp_path / "empty").mkdir()
+    assert discover_tasks(tmp_path / "empty") == []
+
+
+# ---------------------------------------------------------------- the CLI
+
+
+def test_cli_tasks_check_lists_each_problem_with_file_field_and_fix(make_task, run_cli,
+                                                                     tmp_path: Path) -> None:
+    make_task("good")
+    make_task("bad-timeout", task_toml='[agent]\ntimeout_sec = "ten"\n')
+    make_task("no-instruction")
+    (tmp_path / "tasks" / "no-instruction" / "instruction.md").unlink()
+    make_task("not-exec")
+    (tmp_path / "tasks" / "not-exec" / "tests" / "test.sh").chmod(0o644)
+    make_task("bad-toml", task_toml="[agent\n")
+    proc = run_cli("tasks", "check", str(tmp_path / "tasks"), timeout=60)
+    out = proc.stdout
+    assert proc.returncode == 1, out + proc.stderr
+    assert "Traceback" not in out + proc.stderr
+    assert "bad-timeout/task.toml" in out
+    assert "agent.timeout_sec" in out
+    assert "no-instruction/instruction.md" in out
+    assert "not-exec/tests/test.sh" in out and "chmod +x" in out
+    assert "bad-toml/task.toml" in out and "line 1" in out
+    assert "fix:" in out
+    assert "good/" not in out
+    assert "5 tasks checked: 1 ok, 4 with errors" in out
+
+
+def test_cli_tasks_check_shows_the_field_and_line(make_task, run_cli, tmp_path: Path) -> None:
+    make_task("bad-timeout", task_toml='version = "1.0"\n[agent]\ntimeout_sec = "ten"\n')
+    make_task("user", dockerfile="FROM debian:bookworm\nUSER nobody\n")
+    proc = run_cli("tasks", "check", str(tmp_path / "tasks"), timeout=60)
+    assert proc.returncode == 1
+    assert "agent.timeout_sec (line 3)" in proc.stdout
+    assert "line 2" in proc.stdout
+
+
+def test_cli_tasks_check_passes_with_only_warnings(make_task, run_cli,
+                                                    tmp_path: Path) -> None:
+    task = make_task("no-solution")
+    (task / "solution" / "solve.sh").unlink()
+    strict = run_cli("tasks", "check", str(tmp_path / "tasks"), timeout=60)
+    assert strict.returncode == 1
+    assert "solution/solve.sh" in strict.stdout
+    lenient = run_cli("tasks", "check", "--no-solution-ok", str(tmp_path / "tasks"), timeout=60)
+    assert lenient.returncode == 0, lenient.stdout
+    assert "warning" in lenient.stdout
+    assert "1 tasks checked: 1 ok, 0 with errors, 1 warnings" in lenient.stdout
+
+
+def test_cli_tasks_check_on_a_folder_without_tasks(run_cli, tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    proc = run_cli("tasks", "check", str(tmp_path / "empty"), timeout=60)
+    assert proc.returncode == 2
+    assert "no tasks" in proc.stdout
+
+
+def test_cli_run_refuses_invalid_tasks_before_starting_anything(make_task, run_cli,
+                                                               tmp_path: Path) -> None:
+    make_task("fine")
+    make_task("broken", task_toml='[agent]\ntimeout_sec = "ten"\n')
+    make_task("no-solution")
+    (tmp_path / "tasks" / "no-solution" / "solution" / "solve.sh").unlink()
+    jobs = tmp_path / "jobs"
+    proc = run_cli("run", str(tmp_path / "tasks"), "--agent", "oracle", "--jobs-dir", str(jobs),
+                   "--job-name", "refused", "--cache-dir", str(tmp_path / "cache"), timeout=60)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 2, out
+    assert "Traceback" not in out
+    assert "broken/task.toml" in out and "agent.timeout_sec" in out
+    assert "no-solution/solution/solve.sh" in out
+    assert "2 of 3 tasks are invalid" in out
+    assert "nothing was run" in out
+    # No trial of any task (not even the valid one) was started.
+    assert not (jobs / "refused").exists()
+    assert not list(tmp_path.glob("**/*__1"))

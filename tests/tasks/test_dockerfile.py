@@ -1,0 +1,284 @@
+"""parse_dockerfile: what the local sandbox replays from environment/Dockerfile."""
+
+from __future__ import annotations
+
+import posixpath
+
+import pytest
+
+from sandlot.tasks.dockerfile import CopyStep, RunStep, expand, parse_dockerfile
+
+
+def copies(text: str) -> list[CopyStep]:
+    return [s for s in parse_dockerfile(text).steps if isinstance(s, CopyStep)]
+
+
+def runs(text: str) -> list[RunStep]:
+    return [s for s in parse_dockerfile(text).steps if isinstance(s, RunStep)]
+
+
+# ---------------------------------------------------------------- FROM
+
+
+def test_from_is_recorded_not_pulled() -> None:
+    plan = parse_dockerfile("FROM python:3.11-slim AS base\n")
+    assert plan.base_image == "python:3.11-slim"
+    assert plan.steps == [] and plan.issues == []
+    assert plan.workdir is None
+    assert plan.env == {}
+
+
+def test_arg_before_from_is_expanded_in_from() -> None:
+    plan = parse_dockerfile("ARG BASE=debian:12\nFROM ${BASE}\n")
+    assert plan.base_image == "debian:12"
+
+
+def test_missing_from_is_an_issue() -> None:
+    plan = parse_dockerfile("WORKDIR /app\n")
+    assert [i.message for i in plan.issues] == ["no FROM instruction"]
+
+
+# ---------------------------------------------------------------- ENV
+
+
+def test_env_key_value_form_with_quotes_and_several_pairs() -> None:
+    plan = parse_dockerfile('FROM x\nENV A=1 B="two words" C=\'single q\'\n')
+    assert plan.env == {"A": "1", "B": "two words", "C": "single q"}
+
+
+def test_env_legacy_space_form_keeps_the_rest_of_the_line() -> None:
+    plan = parse_dockerfile("FROM x\nENV GREETING hello big world\n")
+    assert plan.env == {"GREETING": "hello big world"}
+
+
+def test_env_refers_to_earlier_env_and_same_line_pairs() -> None:
+    plan = parse_dockerfile("FROM x\nENV ROOT=/opt/app\nENV BIN=$ROOT/bin LIB=${ROOT}/lib "
+                            "BOTH=$BIN:$LIB\n")
+    assert plan.env["BIN"] == "/opt/app/bin"
+    assert plan.env["LIB"] == "/opt/app/lib"
+    assert plan.env["BOTH"] == "/opt/app/bin:/opt/app/lib"
+
+
+def test_later_env_overrides_earlier() -> None:
+    plan = parse_dockerfile("FROM x\nENV MODE=dev\nENV MODE=prod\n")
+    assert plan.env == {"MODE": "prod"}
+
+
+def test_lowercase_instructions_are_accepted() -> None:
+    plan = parse_dockerfile("from x\nenv A 1\nworkdir /w\n")
+    assert plan.env == {"A": "1"}
+    assert plan.workdir == "/w"
+    assert plan.issues == []
+
+
+def test_env_path_extension_keeps_the_standard_path() -> None:
+    plan = parse_dockerfile("FROM x\nENV PATH=/opt/venv/bin:$PATH\n")
+    parts = plan.env["PATH"].split(":")
+    assert parts[0] == "/opt/venv/bin"
+    assert "/usr/bin" in parts and "/bin" in parts
+
+
+# ---------------------------------------------------------------- ARG and expansion
+
+
+def test_arg_defaults_and_arg_without_default() -> None:
+    plan = parse_dockerfile('FROM x\nARG VERSION=1.2\nARG QUOTED="a b"\nARG EMPTY\n'
+                            "ENV V=$VERSION Q=${QUOTED} E=x${EMPTY}y\n")
+    assert plan.env == {"V": "1.2", "Q": "a b", "E": "xy"}
+
+
+def test_args_are_not_part_of_the_final_env_but_reach_run_steps() -> None:
+    [run] = runs("FROM x\nARG PYVER=3.11\nRUN echo $PYVER\n")
+    assert run.env == {"PYVER": "3.11"}
+    assert parse_dockerfile("FROM x\nARG PYVER=3.11\n").env == {}
+
+
+def test_run_step_env_is_a_snapshot_at_that_line() -> None:
+    first, second = runs("FROM x\nENV A=1\nRUN one\nENV A=2 B=3\nRUN two\n")
+    assert first.env == {"A": "1"}
+    assert second.env == {"A": "2", "B": "3"}
+
+
+@pytest.mark.parametrize(("text", "env", "expected"), [
+    ("${X:-fallback}", {}, "fallback"),
+    ("${X:-fallback}", {"X": ""}, "fallback"),
+    ("${X:-fallback}", {"X": "set"}, "set"),
+    ("${X-fallback}", {}, "fallback"),
+    ("${X:+alt}", {"X": "set"}, "alt"),
+    ("${X:+alt}", {}, ""),
+    ("$X/${Y}", {"X": "a", "Y": "b"}, "a/b"),
+    ("$UNSET-end", {}, "-end"),
+    ("no vars", {}, "no vars"),
+    ("$1 cost", {}, "$1 cost"),
+])
+def test_expand(text: str, env: dict[str, str], expected: str) -> None:
+    assert expand(text, env) == expected
+
+
+def test_default_expansion_in_env_and_workdir() -> None:
+    plan = parse_dockerfile("FROM x\nARG APP\nENV HOME_DIR=${APP:-/srv/app} "
+                            "MODE=${MODE:-test}\nWORKDIR ${HOME_DIR}/src\n")
+    assert plan.env == {"HOME_DIR": "/srv/app", "MODE": "test"}
+    assert plan.workdir == "/srv/app/src"
+
+
+def test_arg_default_is_used_by_later_default_expansion() -> None:
+    plan = parse_dockerfile("FROM x\nARG TAG=v2\nENV T=${TAG:-v1}\n")
+    assert plan.env == {"T": "v2"}
+
+
+# ---------------------------------------------------------------- WORKDIR
+
+
+def test_relative_workdir_resolves_against_the_previous_one() -> None:
+    plan = parse_dockerfile("FROM x\nWORKDIR /app\nWORKDIR src\nWORKDIR pkg\n")
+    assert plan.workdir == "/app/src/pkg"
+
+
+def test_relative_workdir_without_a_previous_one_starts_at_root() -> None:
+    assert parse_dockerfile("FROM x\nWORKDIR app\n").workdir == "/app"
+
+
+def test_workdir_with_dotdot_resolves_to_the_same_place() -> None:
+    plan = parse_dockerfile("FROM x\nWORKDIR /app/src\nWORKDIR ../lib\n")
+    assert plan.workdir is not None
+    assert posixpath.normpath(plan.workdir) == "/app/lib"
+
+
+def test_the_last_workdir_wins() -> None:
+    plan = parse_dockerfile("FROM x\nWORKDIR /first\nRUN true\nWORKDIR /second\n"
+                            "COPY a b\nWORKDIR /third\n")
+    assert plan.workdir == "/third"
+
+
+def test_steps_see_the_workdir_current_at_their_line() -> None:
+    plan = parse_dockerfile("FROM x\nWORKDIR /one\nRUN a\nWORKDIR two\nRUN b\nCOPY f g\n")
+    run_a, run_b, copy = plan.steps
+    assert isinstance(run_a, RunStep) and run_a.workdir == "/one"
+    assert isinstance(run_b, RunStep) and run_b.workdir == "/one/two"
+    assert isinstance(copy, CopyStep) and copy.workdir == "/one/two"
+    assert copy.dest == "/one/two/g"
+
+
+# ---------------------------------------------------------------- COPY / ADD
+
+
+def test_copy_with_chown_and_chmod() -> None:
+    [step] = copies("FROM x\nWORKDIR /app\nCOPY --chown=1000:1000 --chmod=755 run.sh lib.py ./\n")
+    assert step.sources == ["run.sh", "lib.py"]
+    assert step.dest == "/app/"
+    assert step.chown == "1000:1000"
+    assert step.chmod == "755"
+    assert step.extract is False
+
+
+def test_copy_without_flags_has_no_owner_or_mode() -> None:
+    [step] = copies("FROM x\nCOPY data.csv /srv/data.csv\n")
+    assert (step.chown, step.chmod) == (None, None)
+    assert step.dest == "/srv/data.csv"
+
+
+def test_add_with_chmod_extracts_local_archives() -> None:
+    [archive, plain] = copies("FROM x\nADD --chmod=644 data.tar.gz /opt/\nADD notes.txt /opt/\n")
+    assert archive.extract is True and archive.chmod == "644"
+    assert plain.extract is False
+
+
+def test_copy_never_extracts_archives() -> None:
+    [step] = copies("FROM x\nCOPY data.tar.gz /opt/\n")
+    assert step.extract is False
+
+
+def test_copy_json_form_keeps_spaces_in_names() -> None:
+    [step] = copies('FROM x\nWORKDIR /app\nCOPY ["my file.txt", "other one.txt", "dest dir/"]\n')
+    assert step.sources == ["my file.txt", "other one.txt"]
+    assert step.dest == "/app/dest dir/"
+
+
+def test_copy_expands_variables() -> None:
+    [step] = copies("FROM x\nENV DST=/srv\nARG SRC=conf\nCOPY ${SRC}.ini $DST/\n")
+    assert step.sources == ["conf.ini"]
+    assert step.dest == "/srv/"
+
+
+def test_copy_from_another_stage_is_refused() -> None:
+    plan = parse_dockerfile("FROM x\nCOPY --from=builder /out /app\n")
+    assert plan.steps == []
+    [issue] = plan.issues
+    assert issue.line == 2 and "container backend" in issue.message
+
+
+def test_copy_without_destination_is_an_issue() -> None:
+    plan = parse_dockerfile("FROM x\nCOPY onlyone\n")
+    [issue] = plan.issues
+    assert issue.line == 2
+
+
+# ---------------------------------------------------------------- RUN
+
+
+def test_shell_form_run_goes_through_sh() -> None:
+    [step] = runs("FROM x\nRUN apt-get update && apt-get install -y jq\n")
+    assert step.argv == ["/bin/sh", "-c", "apt-get update && apt-get install -y jq"]
+    assert step.line == 2
+
+
+def test_json_form_run_is_exec_form() -> None:
+    [step] = runs('FROM x\nRUN ["python3", "-c", "print(\'a b\')"]\n')
+    assert step.argv == ["python3", "-c", "print('a b')"]
+
+
+def test_run_with_mount_flag_is_refused() -> None:
+    plan = parse_dockerfile("FROM x\nRUN --mount=type=cache,target=/root/.cache pip install x\n")
+    assert plan.steps == []
+    assert plan.issues[0].line == 2
+
+
+# ---------------------------------------------------------------- continuations, comments
+
+
+def test_line_continuations_join_and_keep_the_start_line() -> None:
+    text = ("FROM x\n"
+            "\n"
+            "RUN apt-get update \\\n"
+            "    && apt-get install -y \\\n"
+            "       curl \\\n"
+            "       jq\n"
+            "ENV A=1\n")
+    [step] = runs(text)
+    assert step.line == 3
+    assert step.argv[2].split() == ["apt-get", "update", "&&", "apt-get", "install", "-y",
+                                    "curl", "jq"]
+    assert parse_dockerfile(text).env == {"A": "1"}
+
+
+def test_comments_inside_a_continuation_are_dropped() -> None:
+    text = ("FROM x\n"
+            "RUN echo a \\\n"
+            "    # a comment between continued lines\n"
+            "    && echo b\n")
+    [step] = runs(text)
+    assert step.argv[2].split() == ["echo", "a", "&&", "echo", "b"]
+
+
+def test_comments_and_blank_lines_do_not_shift_line_numbers() -> None:
+    text = "# syntax=docker/dockerfile:1\n\n# base\nFROM x\n\n# user\nUSER nobody\n"
+    [issue] = parse_dockerfile(text).issues
+    assert issue.line == 7
+
+
+def test_ignored_instructions_leave_no_steps_or_issues() -> None:
+    plan = parse_dockerfile('FROM x\nLABEL a=b\nEXPOSE 80\nCMD ["bash"]\n'
+                            'ENTRYPOINT ["/bin/sh"]\nVOLUME /data\nUSER root\n')
+    assert plan.steps == [] and plan.issues == []
+
+
+@pytest.mark.parametrize(("line", "needle"), [
+    ("SHELL [\"/bin/bash\", \"-c\"]", "SHELL"),
+    ("ONBUILD RUN true", "ONBUILD"),
+    ("USER app:app", "USER app"),
+])
+def test_unsupported_instructions_name_a_container_backend(line: str, needle: str) -> None:
+    [issue] = parse_dockerfile(f"FROM x\n{line}\n").issues
+    assert issue.line == 2
+    assert needle in issue.message and "container backend" in issue.message
