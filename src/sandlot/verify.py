@@ -117,7 +117,7 @@ class ScriptVerifier:
                      timeout_sec: float) -> Verdict:
         # Anything the agent left under /logs/verifier is discarded: only test.sh writes it.
         await sandbox.remove(VERIFIER_LOGS)
-        await sandbox.exec(["mkdir", "-p", VERIFIER_LOGS], timeout_sec=30)
+        await sandbox.mkdir(VERIFIER_LOGS)
         await sandbox.upload(task.tests_dir, TESTS_MOUNT)
         result = await sandbox.exec(
             ["bash", f"{TESTS_MOUNT}/test.sh"], timeout_sec=timeout_sec,

@@ -95,6 +95,10 @@ class Sandbox(Protocol):
         """Delete a path inside the sandbox (missing is fine)."""
         ...
 
+    async def mkdir(self, remote: str) -> None:
+        """Create a folder (and its parents) inside the sandbox; existing is fine."""
+        ...
+
     async def stop(self) -> None:
         """Kill everything and delete the sandbox's state."""
         ...

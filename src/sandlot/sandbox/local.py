@@ -338,6 +338,10 @@ class LocalSandbox:
     async def remove(self, remote: str) -> None:
         await asyncio.to_thread(self._rm, self.host_path(remote))
 
+    @override
+    async def mkdir(self, remote: str) -> None:
+        self.host_path(remote).mkdir(parents=True, exist_ok=True)
+
     @staticmethod
     def _rm(path: Path) -> None:
         if path.is_dir() and not path.is_symlink():

@@ -8,10 +8,10 @@ with a message naming the line, so a task never runs in a silently different env
 from __future__ import annotations
 
 import json
+import posixpath
 import re
 import shlex
 from dataclasses import dataclass, field
-from pathlib import Path
 
 IGNORED = {"LABEL", "EXPOSE", "CMD", "ENTRYPOINT", "STOPSIGNAL", "HEALTHCHECK", "VOLUME",
            "MAINTAINER"}
@@ -37,6 +37,8 @@ class CopyStep:
     extract: bool = False
     chown: str | None = None
     chmod: str | None = None
+    #: The Dockerfile line the COPY/ADD starts on (keyword-only: it follows defaulted fields).
+    line: int = field(kw_only=True)
 
 
 @dataclass(frozen=True)
@@ -79,12 +81,32 @@ def expand(text: str, env: dict[str, str]) -> str:
     return _VAR.sub(repl, text)
 
 
+#: A heredoc opener: `<<EOF`, `<<-EOF`, `<<"EOF"`, `<<'EOF'`; never a here-string `<<<`
+#: nor a shift `$((1 << 2))` (the terminator starts with a letter).
+_HEREDOC = re.compile(r"(?<!<)<<(?!<)(?P<dash>-?)\s*(?P<q>['\"]?)(?P<word>[A-Za-z_][\w.-]*)(?P=q)")
+_HEREDOC_INSTRUCTIONS = {"RUN", "COPY", "ADD"}
+
+
+def _heredocs(content: str) -> list[tuple[bool, str]]:
+    """(strip leading tabs?, terminator) for each heredoc a RUN/COPY/ADD line opens."""
+    if content.partition(" ")[0].upper() not in _HEREDOC_INSTRUCTIONS:
+        return []
+    return [(m.group("dash") == "-", m.group("word")) for m in _HEREDOC.finditer(content)]
+
+
 def _logical_lines(text: str) -> list[tuple[int, str]]:
-    """Join backslash continuations; drop comments and blank lines; keep start line numbers."""
+    """Join backslash continuations; drop comments, blank lines and heredoc bodies; keep
+    start line numbers. A heredoc body is not instructions: it runs to its terminator line."""
     out: list[tuple[int, str]] = []
     buf: list[str] = []
     start = 0
+    pending: list[tuple[bool, str]] = []  # heredocs whose bodies come next
     for no, raw in enumerate(text.splitlines(), start=1):
+        if pending:
+            dash, word = pending[0]
+            if (raw.lstrip("\t") if dash else raw) == word:
+                pending.pop(0)
+            continue
         stripped = raw.strip()
         if not buf and (not stripped or stripped.startswith("#")):
             continue
@@ -96,7 +118,9 @@ def _logical_lines(text: str) -> list[tuple[int, str]]:
             buf.append(stripped[:-1])
             continue
         buf.append(stripped)
-        out.append((start, " ".join(b.strip() for b in buf).strip()))
+        content = " ".join(b.strip() for b in buf).strip()
+        out.append((start, content))
+        pending = _heredocs(content)
         buf = []
     if buf:
         out.append((start, " ".join(buf).strip()))
@@ -114,27 +138,66 @@ def _split_flags(args: str) -> tuple[dict[str, str], str]:
     return flags, rest
 
 
+class _Malformed(ValueError):
+    """An instruction's arguments cannot be read; the message says why."""
+
+
+def _shell_words(args: str) -> list[str]:
+    try:
+        return shlex.split(args, posix=True)
+    except ValueError as exc:  # "No closing quotation", "No escaped character"
+        raise _Malformed(f"cannot split the arguments ({str(exc).lower()})") from exc
+
+
 def _parse_kv(args: str, env: dict[str, str]) -> dict[str, str]:
     """ENV/ARG pairs: `K=V K2="V 2"` or the legacy `K V with spaces`."""
     if "=" not in args.split(" ", 1)[0]:
         key, _, value = args.partition(" ")
         return {key: expand(value.strip(), env)}
     pairs: dict[str, str] = {}
-    for token in shlex.split(args, posix=True):
+    for token in _shell_words(args):
         key, _, value = token.partition("=")
         pairs[key] = expand(value, {**env, **pairs})
     return pairs
 
 
+def _copy_args(args: str) -> list[str]:
+    """COPY/ADD sources and destination: the JSON form `["a", "b"]` or shell words."""
+    if not args.startswith("["):
+        return _shell_words(args)
+    try:
+        parts = json.loads(args)
+    except (json.JSONDecodeError, RecursionError) as exc:
+        raise _Malformed("the JSON form is not valid JSON "
+                         '(write it as ["source", "destination"])') from exc
+    if not isinstance(parts, list) or not all(isinstance(p, str) for p in parts):
+        raise _Malformed('the JSON form must be an array of strings, e.g. ["source", "dest"]')
+    return parts
+
+
 def _resolve(path: str, workdir: str) -> str:
-    if path.startswith("/"):
-        return str(Path(path))
-    return str(Path(workdir) / path)
+    """An absolute, normalized path: `..` and `.` folded, as Docker does."""
+    joined = posixpath.normpath(posixpath.join(workdir, path))
+    return "/" + joined.lstrip("/")
+
+
+def _exec_form(args: str) -> list[str] | None:
+    """RUN's JSON form, or None when it is not an array of strings (then it is shell form)."""
+    try:
+        parts = json.loads(args)
+    except (json.JSONDecodeError, RecursionError):
+        return None
+    if isinstance(parts, list) and parts and all(isinstance(p, str) for p in parts):
+        return parts
+    return None
 
 
 def parse_dockerfile(text: str) -> DockerfilePlan:
     plan = DockerfilePlan()
     env: dict[str, str] = {}
+    #: ARGs declared before the first FROM: usable in FROM only, unless redeclared after it
+    #: (`ARG NAME` without a value then takes the pre-FROM default), as in Docker.
+    meta_args: dict[str, str] = {}
     args: dict[str, str] = {}
     workdir = "/"
     saw_workdir = False
@@ -148,8 +211,7 @@ def parse_dockerfile(text: str) -> DockerfilePlan:
         def refuse(msg: str, line: int = line) -> None:
             plan.issues.append(DockerfileIssue(line, f"{msg}; {USE_CONTAINER}"))
 
-        heredoc = re.search(r"<<-?\s*['\"]?\w+", rest)
-        if "<<" in rest and instr in {"RUN", "COPY", "ADD"} and heredoc:
+        if _heredocs(content):
             refuse(f"{instr} with a heredoc is not supported by the local sandbox")
             continue
         if instr == "FROM":
@@ -157,13 +219,21 @@ def parse_dockerfile(text: str) -> DockerfilePlan:
             if n_from > 1:
                 refuse("multi-stage builds (a second FROM) are not supported")
                 continue
-            plan.base_image = expand(rest.split()[0], args) if rest else None
+            plan.base_image = expand(rest.split()[0], meta_args) if rest else None
         elif instr == "ARG":
-            name, _, default = rest.partition("=")
-            args[name.strip()] = expand(default.strip().strip('"'), scope) if default else args.get(
-                name.strip(), "")
+            name, eq, default = rest.partition("=")
+            name = name.strip()
+            if n_from == 0:
+                meta_args[name] = expand(default.strip().strip('"'), meta_args) if eq else ""
+            elif eq:
+                args[name] = expand(default.strip().strip('"'), scope)
+            else:
+                args[name] = args.get(name, meta_args.get(name, ""))
         elif instr == "ENV":
-            env.update(_parse_kv(rest, scope))
+            try:
+                env.update(_parse_kv(rest, scope))
+            except _Malformed as exc:
+                plan.issues.append(DockerfileIssue(line, f"malformed ENV: {exc}"))
         elif instr == "WORKDIR":
             workdir = _resolve(expand(rest.strip('"'), scope), workdir)
             saw_workdir = True
@@ -176,8 +246,11 @@ def parse_dockerfile(text: str) -> DockerfilePlan:
             if unknown:
                 refuse(f"{instr} flag --{sorted(unknown)[0]} is not supported")
                 continue
-            parts = json.loads(rest2) if rest2.startswith("[") else shlex.split(rest2)
-            parts = [expand(p, scope) for p in parts]
+            try:
+                parts = [expand(p, scope) for p in _copy_args(rest2)]
+            except _Malformed as exc:
+                plan.issues.append(DockerfileIssue(line, f"malformed {instr}: {exc}"))
+                continue
             if len(parts) < 2:
                 plan.issues.append(
                     DockerfileIssue(line, f"{instr} needs a source and a destination"))
@@ -187,20 +260,19 @@ def parse_dockerfile(text: str) -> DockerfilePlan:
                 refuse("ADD from a URL is not supported (download it in a RUN step instead)")
                 continue
             extract = instr == "ADD" and all(s.endswith(ARCHIVE_SUFFIXES) for s in sources)
-            dest_abs = _resolve(dest, workdir) + ("/" if dest.endswith("/") else "")
+            dest_abs = _resolve(dest, workdir)
+            if dest.endswith("/") and not dest_abs.endswith("/"):
+                dest_abs += "/"
             plan.steps.append(CopyStep(sources, dest_abs, workdir, extract,
-                                       flags.get("chown") or None, flags.get("chmod") or None))
+                                       flags.get("chown") or None, flags.get("chmod") or None,
+                                       line=line))
         elif instr == "RUN":
             flags, rest2 = _split_flags(rest)
             if flags:
                 refuse(f"RUN --{next(iter(flags))} is not supported")
                 continue
-            if rest2.startswith("["):
-                try:
-                    argv = [str(a) for a in json.loads(rest2)]
-                except json.JSONDecodeError:
-                    argv = ["/bin/sh", "-c", rest2]
-            else:
+            argv = _exec_form(rest2) if rest2.startswith("[") else None
+            if argv is None:
                 argv = ["/bin/sh", "-c", rest2]
             plan.steps.append(RunStep(argv, {**args, **env}, workdir, line))
         elif instr == "USER":

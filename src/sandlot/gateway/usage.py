@@ -1,0 +1,77 @@
+"""Per-trial usage: the gateway's trusted counts, readable in O(1) from any thread."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+from sandlot.gateway.formats.base import Usage
+
+
+@dataclass
+class UsageTotals:
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    reasoning_tokens: int = 0
+    cost_usd: float | None = None
+    n_requests: int = 0
+    n_errors: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+    def as_dict(self) -> dict[str, object]:
+        return {"input_tokens": self.input_tokens, "output_tokens": self.output_tokens,
+                "cache_read_tokens": self.cache_read_tokens,
+                "cache_write_tokens": self.cache_write_tokens,
+                "reasoning_tokens": self.reasoning_tokens, "total_tokens": self.total_tokens,
+                "cost_usd": None if self.cost_usd is None else round(self.cost_usd, 8),
+                "n_requests": self.n_requests, "source": "gateway"}
+
+
+@dataclass
+class LiveUsage:
+    """Totals of finished exchanges plus output text seen on streams still running.
+
+    Writers hold the lock; `snapshot` copies a handful of ints under it, so a display
+    thread reads a consistent view in constant time while requests stream.
+    """
+
+    totals: UsageTotals = field(default_factory=UsageTotals)
+    streaming_chars: int = 0
+    in_flight: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def begin(self) -> None:
+        with self._lock:
+            self.in_flight += 1
+
+    def stream_progress(self, n_chars: int) -> None:
+        with self._lock:
+            self.streaming_chars += n_chars
+
+    def finish(self, usage: Usage, cost: float | None, streamed_chars: int, ok: bool) -> None:
+        with self._lock:
+            t = self.totals
+            t.input_tokens += usage.input_tokens
+            t.output_tokens += usage.output_tokens
+            t.cache_read_tokens += usage.cache_read_tokens
+            t.cache_write_tokens += usage.cache_write_tokens
+            t.reasoning_tokens += usage.reasoning_tokens
+            if cost is not None:
+                t.cost_usd = (t.cost_usd or 0.0) + cost
+            t.n_requests += 1
+            t.n_errors += 0 if ok else 1
+            self.streaming_chars = max(0, self.streaming_chars - streamed_chars)
+            self.in_flight -= 1
+
+    def snapshot(self) -> dict[str, object]:
+        """Trusted totals, plus a live estimate of tokens still streaming (chars / 4)."""
+        with self._lock:
+            out = self.totals.as_dict()
+            out["streaming_output_tokens_estimate"] = self.streaming_chars // 4
+            out["in_flight"] = self.in_flight
+            return out
