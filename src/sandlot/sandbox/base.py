@@ -6,7 +6,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Protocol
 
-Network = Literal["none", "outbound"]
+#: none: no network at all; loopback: the sandbox's own loopback, shared by its commands,
+#: where sandlot serves the model gateway; outbound: loopback plus NAT to the internet
+#: (never the host's own loopback).
+Network = Literal["none", "loopback", "outbound"]
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -101,6 +104,11 @@ class Sandbox(Protocol):
 
     async def stop(self) -> None:
         """Kill everything and delete the sandbox's state."""
+        ...
+
+    def network_namespace(self) -> str | None:
+        """Path of the network namespace "loopback" commands share (to serve the gateway
+        into), or None if the backend has none on this host."""
         ...
 
 

@@ -43,6 +43,16 @@ def _mask_layer(root: Path, masks: list[Path]) -> None:
         os.setxattr(target, "trusted.overlay.opaque", b"y")
 
 
+async def _feed(pipe: asyncio.StreamWriter | None, data: bytes | None) -> None:
+    if pipe is None:
+        return
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+        if data:
+            pipe.write(data)
+            await pipe.drain()
+    pipe.close()
+
+
 def resolve_inside(root: Path, path: str, max_links: int = 40) -> Path:
     """`root/path` with every symlink but the last component resolved as if `root` were /."""
     parts = [p for p in path.split("/") if p not in ("", ".")]
@@ -223,6 +233,21 @@ class LocalSandbox:
             if ready != b"1":
                 raise SandboxError("slirp4netns did not configure the sandbox network")
 
+    async def _drop_network(self) -> None:
+        """Back to loopback only: stopping slirp4netns removes the sandbox's tap device."""
+        async with self._net_lock:
+            if self._slirp is not None and self._slirp.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    self._slirp.kill()
+                await self._slirp.wait()
+            self._slirp = None
+
+    @override
+    def network_namespace(self) -> str | None:
+        if self._holder is None or self._holder.returncode is not None:
+            return None
+        return f"/proc/{self._holder.pid}/ns/net"
+
     # -- exec ------------------------------------------------------------------------------
 
     def _bwrap_argv(self, command: list[str], env: dict[str, str], cwd: str, user: str | None,
@@ -230,10 +255,11 @@ class LocalSandbox:
         assert self._holder is not None
         pid = self._holder.pid
         argv = ["nsenter", f"--mount=/proc/{pid}/ns/mnt"]
-        if network == "outbound":
+        if network in ("loopback", "outbound"):
             argv.append(f"--net=/proc/{pid}/ns/net")
+        # /sys/class/net would list the host's interfaces (names, MACs): hide it.
         argv += ["bwrap", "--bind", str(self._merged), "/", "--dev", "/dev", "--proc", "/proc",
-                 "--ro-bind", "/sys", "/sys"]
+                 "--ro-bind", "/sys", "/sys", "--tmpfs", "/sys/class/net"]
         for host, inside in self.spec.binds.items():
             argv += ["--bind", str(host), inside]
         argv += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
@@ -248,7 +274,9 @@ class LocalSandbox:
             argv += ["--setenv", key, value]
         argv += ["--chdir", cwd, "--"]
         if user is not None:
-            argv += ["setpriv", f"--reuid={user}", f"--regid={user}", "--init-groups", "--"]
+            # The user's own primary group, looked up inside (a Dockerfile may add users).
+            argv += ["sh", "-c", 'exec setpriv --reuid="$0" --regid="$(id -g "$0")" '
+                     '--init-groups -- "$@"', user]
         return argv + command
 
     def _env(self, extra: dict[str, str] | None) -> dict[str, str]:
@@ -274,6 +302,8 @@ class LocalSandbox:
             raise SandboxError("sandbox is not running")
         if network == "outbound":
             await self._ensure_network()
+        elif network == "loopback":
+            await self._drop_network()
         argv = command if isinstance(command, list) else ["bash", "-c", command]
         full = self._bwrap_argv(argv, self._env(env), cwd or self.spec.workdir, user, network)
         cg = self._cgroups
@@ -289,11 +319,9 @@ class LocalSandbox:
             )
         except OSError as exc:
             raise SandboxError(f"cannot start bwrap: {exc}") from exc
-        if stdin is not None and proc.stdin is not None:
-            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-                proc.stdin.write(stdin)
-                await proc.stdin.drain()
-            proc.stdin.close()
+        # stdin is fed beside the readers, under the timeout: a command echoing a large
+        # input back must not block on a full stdout pipe while we still write.
+        feeder = asyncio.ensure_future(_feed(proc.stdin, stdin))
         readers = asyncio.gather(read_capped(proc.stdout, max_output_bytes),
                                  read_capped(proc.stderr, max_output_bytes))
         timed_out = False
@@ -303,6 +331,7 @@ class LocalSandbox:
         except TimeoutError:
             timed_out = True
         finally:
+            feeder.cancel()
             if proc.returncode is None:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGKILL)

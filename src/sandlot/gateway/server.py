@@ -1,0 +1,298 @@
+"""The LLM gateway: one aiohttp server per job, one key (and socket) per trial.
+
+Every model request of every agent comes through here: it is authenticated by the
+trial's key, relayed to the job's upstream (retrying 429/5xx with backoff), streamed
+back as it arrives, and recorded with its usage in the trial's llm_trajectory.jsonl.
+The provider key stays in this process; agents only ever hold their trial's key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import random
+import secrets
+import socket
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from sandlot.gateway.formats import FORMATS, SSEParser, WireFormat
+from sandlot.gateway.formats.base import Usage
+from sandlot.gateway.netns import listen_in_netns
+from sandlot.gateway.prices import PriceTable
+from sandlot.gateway.routing import Router
+from sandlot.gateway.upstream import RETRYABLE_STATUS, CallContext, UpstreamReply
+from sandlot.gateway.usage import LiveUsage
+
+ENDPOINTS = {"/v1/chat/completions": "chat", "/v1/messages": "messages",
+             "/v1/responses": "responses"}
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    max_retries: int = 4
+    backoff_base_sec: float = 0.5
+    backoff_max_sec: float = 20.0
+    #: A Retry-After longer than this is not waited for: the error goes to the agent.
+    retry_after_max_sec: float = 60.0
+
+    def delay(self, attempt: int, retry_after: str | None) -> float | None:
+        """Seconds to wait before retry `attempt` (1-based), or None to give up now."""
+        if retry_after is not None:
+            try:
+                wanted = float(retry_after)
+            except ValueError:
+                wanted = None
+            if wanted is not None:
+                return wanted if wanted <= self.retry_after_max_sec else None
+        base = min(self.backoff_max_sec, self.backoff_base_sec * 2 ** (attempt - 1))
+        return base * (0.5 + random.random() / 2)
+
+
+@dataclass
+class TrialSession:
+    """A trial's access to the gateway: its key, its counters, its trajectory file."""
+
+    trial: str
+    task: str | None
+    key: str
+    trajectory_path: Path
+    usage: LiveUsage = field(default_factory=LiveUsage)
+    limit: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(8))
+    sites: list[web.SockSite] = field(default_factory=list)
+    open: bool = True
+    seq: int = 0
+    #: Port the sandbox reaches the gateway on (127.0.0.1 inside its network namespace).
+    sandbox_port: int | None = None
+
+
+class Gateway:
+    """Start once per job (`start`), then `open_trial` / `close_trial` around each agent."""
+
+    def __init__(self, router: Router, prices: PriceTable | None = None,
+                 retry: RetryPolicy | None = None, per_trial_concurrency: int = 8) -> None:
+        self.router = router
+        self.prices = prices or PriceTable()
+        self.retry = retry or RetryPolicy()
+        self.per_trial_concurrency = per_trial_concurrency
+        self._sessions: dict[str, TrialSession] = {}
+        self._runner: web.AppRunner | None = None
+        self.host_port: int | None = None
+
+    # -- lifecycle --------------------------------------------------------------------
+
+    async def start(self) -> None:
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        for path in ENDPOINTS:
+            app.router.add_post(path, self._handle)
+        app.router.add_get("/v1/models", self._models)
+        app.router.add_get("/", self._ping)
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await self._runner.setup()
+        # A host-side listener on loopback, for agents that run in sandlot's own process
+        # (the built-in agent) and for benchmarks; keys still guard it.
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(512)
+        sock.setblocking(False)
+        self.host_port = sock.getsockname()[1]
+        await web.SockSite(self._runner, sock).start()
+
+    async def stop(self) -> None:
+        for session in list(self._sessions.values()):
+            await self.close_trial(session)
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        await self.router.aclose()
+
+    @property
+    def host_base_url(self) -> str:
+        return f"http://127.0.0.1:{self.host_port}"
+
+    async def open_trial(self, trial: str, task: str | None, trajectory_dir: Path,
+                         netns_path: str | None = None) -> TrialSession:
+        """A fresh key for `trial`; with `netns_path`, also a listener inside that netns."""
+        trajectory_dir.mkdir(parents=True, exist_ok=True)
+        session = TrialSession(trial=trial, task=task, key="sk-sandlot-" + secrets.token_hex(24),
+                               trajectory_path=trajectory_dir / "llm_trajectory.jsonl",
+                               limit=asyncio.Semaphore(self.per_trial_concurrency))
+        self._sessions[session.key] = session
+        if netns_path is not None:
+            assert self._runner is not None, "start() the gateway first"
+            sock = await asyncio.to_thread(listen_in_netns, netns_path)
+            site = web.SockSite(self._runner, sock)
+            await site.start()
+            session.sites.append(site)
+            session.sandbox_port = sock.getsockname()[1]
+        return session
+
+    async def close_trial(self, session: TrialSession) -> None:
+        """Revoke the key and stop the trial's listeners; later requests get 401."""
+        session.open = False
+        self._sessions.pop(session.key, None)
+        for site in session.sites:
+            with contextlib.suppress(Exception):
+                await site.stop()
+        session.sites.clear()
+
+    # -- handlers ---------------------------------------------------------------------
+
+    async def _ping(self, request: web.Request) -> web.Response:
+        return web.Response(text="sandlot gateway")
+
+    def _session_for(self, request: web.Request) -> TrialSession | None:
+        key = request.headers.get("x-api-key") or request.headers.get("api-key")
+        auth = request.headers.get("authorization", "")
+        if not key and auth.lower().startswith("bearer "):
+            key = auth[7:].strip()
+        session = self._sessions.get(key or "")
+        return session if session is not None and session.open else None
+
+    async def _models(self, request: web.Request) -> web.Response:
+        if self._session_for(request) is None:
+            return web.json_response(FORMATS["chat"].error_body(401, "invalid sandlot key"),
+                                     status=401)
+        model = self.router.config.model
+        return web.json_response({"object": "list", "data": [
+            {"id": model, "object": "model", "created": 0, "owned_by": "sandlot"},
+            {"id": self.router.model_id, "object": "model", "created": 0,
+             "owned_by": "sandlot"}]})
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        fmt = FORMATS[ENDPOINTS[request.path]]
+        session = self._session_for(request)
+        if session is None:
+            return web.json_response(
+                fmt.error_body(401, "invalid or expired sandlot key for this gateway"),
+                status=401)
+        try:
+            body = await request.json()
+            if not isinstance(body, dict):
+                raise ValueError("the body must be a JSON object")
+        except ValueError as exc:
+            return web.json_response(fmt.error_body(400, f"invalid JSON body: {exc}"),
+                                     status=400)
+        async with session.limit:
+            return await self._exchange(request, session, fmt, body)
+
+    async def _exchange(self, request: web.Request, session: TrialSession, fmt: WireFormat,
+                        body: dict[str, Any]) -> web.StreamResponse:
+        started = time.monotonic()
+        started_at = time.time()
+        session.seq += 1
+        record: dict[str, Any] = {
+            "seq": session.seq, "trial": session.trial, "format": fmt.name,
+            "endpoint": request.path, "requested_model": body.get("model"),
+            "model": self.router.config.model, "stream": bool(body.get("stream")),
+            "started_at": started_at, "request": body,
+        }
+        ctx = CallContext(session.trial, session.task, self.router.config.model)
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        session.usage.begin()
+        usage, streamed_chars, ok = Usage(), 0, False
+        try:
+            upstream = self.router.upstream(fmt.name)
+            reply, attempts, errors = await self._send_with_retries(
+                upstream, fmt, request.path, body, headers, ctx)
+            record["attempts"] = attempts
+            if errors:
+                record["retried_errors"] = errors
+            record["status"] = reply.status
+            if reply.stream is None:
+                response_body = reply.json_body or {}
+                record["latency_sec"] = round(time.monotonic() - started, 6)
+                record["response"] = response_body
+                if reply.status < 400:
+                    usage = fmt.usage_of(response_body)
+                    ok = True
+                else:
+                    record["upstream_error"] = reply.error
+                out_headers = {k: v for k, v in reply.headers.items()
+                               if k.lower() == "retry-after"}
+                return web.json_response(response_body, status=reply.status,
+                                         headers=out_headers)
+            response, usage, streamed_chars, ok = await self._relay_stream(
+                request, session, fmt, reply, record, started)
+            return response
+        finally:
+            cost = self.prices.cost(self.router.config.model, usage) if ok else None
+            record["usage"] = usage.as_dict()
+            record["cost_usd"] = cost
+            record.setdefault("latency_sec", round(time.monotonic() - started, 6))
+            session.usage.finish(usage, cost, streamed_chars, ok)
+            _append_jsonl(session.trajectory_path, record)
+
+    async def _send_with_retries(self, upstream: Any, fmt: WireFormat, path: str,
+                                 body: dict[str, Any], headers: dict[str, str],
+                                 ctx: CallContext) -> tuple[UpstreamReply, int, list[str]]:
+        errors: list[str] = []
+        attempt = 0
+        while True:
+            attempt += 1
+            reply = await upstream.send(fmt, path, body, headers, ctx)
+            if reply.status not in RETRYABLE_STATUS or attempt > self.retry.max_retries:
+                return reply, attempt, errors
+            delay = self.retry.delay(attempt, reply.headers.get("retry-after"))
+            if delay is None:
+                return reply, attempt, errors
+            errors.append(f"HTTP {reply.status}: {(reply.error or '')[:300]}")
+            await reply.aclose()
+            await asyncio.sleep(delay)
+
+    async def _relay_stream(self, request: web.Request, session: TrialSession,
+                            fmt: WireFormat, reply: UpstreamReply,
+                            record: dict[str, Any], started: float,
+                            ) -> tuple[web.StreamResponse, Usage, int, bool]:
+        assert reply.stream is not None
+        response = web.StreamResponse(status=200, headers={
+            "content-type": "text/event-stream", "cache-control": "no-cache"})
+        await response.prepare(request)
+        parser, collector = SSEParser(), fmt.collector()
+        streamed_chars = 0
+        ok = False
+        try:
+            async for chunk in reply.stream:
+                if "ttft_sec" not in record:
+                    record["ttft_sec"] = round(time.monotonic() - started, 6)
+                payload = 0
+                for event, data in parser.feed(chunk):
+                    collector.add(event, data)
+                    payload += len(data)
+                # A live estimate only (JSON framing included); the final usage replaces it.
+                streamed_chars += payload // 3
+                session.usage.stream_progress(payload // 3)
+                await response.write(chunk)
+            ok = True
+        except (ConnectionResetError, asyncio.CancelledError) as exc:
+            # The agent went away: stop the upstream call too (closing its stream).
+            record["error"] = f"client disconnected: {type(exc).__name__}"
+            await reply.aclose()
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+        except Exception as exc:  # a cut or failed upstream stream
+            record["error"] = f"upstream stream failed: {type(exc).__name__}: {exc}"
+            await reply.aclose()
+            # Close without the terminating chunk, as a dropped provider connection would.
+            if request.transport is not None:
+                request.transport.close()
+        finally:
+            record["latency_sec"] = round(time.monotonic() - started, 6)
+            record["response"] = collector.result()
+        usage = collector.usage()
+        if ok:
+            with contextlib.suppress(ConnectionResetError):
+                await response.write_eof()
+        return response, usage, streamed_chars, ok
+
+
+def _append_jsonl(path: Path, record: dict[str, Any]) -> None:
+    """One line per exchange, written in one call; a crash loses at most the last line."""
+    line = json.dumps(record, default=str, separators=(",", ":")) + "\n"
+    with path.open("a") as fh:
+        fh.write(line)
