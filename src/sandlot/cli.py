@@ -80,7 +80,17 @@ def sandbox_cleanup(
 def run(
     tasks_dir: Annotated[Path, typer.Argument(help="A task folder or a folder of tasks.")],
     agent: Annotated[str, typer.Option("--agent", "-a", help="Agent name or module:Class.")],
-    model: Annotated[str | None, typer.Option("--model", "-m", help="provider/model.")] = None,
+    model: Annotated[str | None, typer.Option(
+        "--model", "-m", help="provider/model, e.g. openai/gpt-4.1, anthropic/claude-sonnet-4-5,"
+        " scripted/solver.")] = None,
+    api_base: Annotated[str | None, typer.Option(
+        help="Provider base URL (vllm/..., a proxy, a self-hosted endpoint).")] = None,
+    api_key_env: Annotated[str | None, typer.Option(
+        help="Env var holding the provider key (default: the provider's usual one).")] = None,
+    scripts_dir: Annotated[list[Path] | None, typer.Option(
+        help="Where scripted models live (default: <tasks>/../scripted).")] = None,
+    max_turns: Annotated[int | None, typer.Option(
+        min=1, help="Model turns per prompt for agents that honour it (builtin).")] = None,
     n_concurrent: Annotated[int, typer.Option("-n", "--n-concurrent", min=1,
                                               help="Trials running at once.")] = 1,
     n_attempts: Annotated[int, typer.Option("-k", "--n-attempts", min=1,
@@ -141,6 +151,7 @@ def run(
         tasks_dir=str(tasks_dir.resolve()), task_names=[t.name for t in tasks], agent=agent,
         model=model, n_attempts=n_attempts, n_concurrent=n_concurrent, max_retries=max_retries,
         timeout_multiplier=timeout_multiplier, agent_network=agent_network,  # type: ignore[arg-type]
+        api_base=api_base, max_turns=max_turns,
         sandbox=sandbox, jobs_dir=str(jobs_root),
         task_digests={t.name: hash_tree(t.path) for t in tasks},
     )
@@ -148,13 +159,20 @@ def run(
         backend = create_backend(sandbox, cache)
     except (ValueError, SandboxError) as exc:
         raise _fail(console, str(exc)) from exc
+    gateway = None
+    if model is not None:
+        gateway = _make_gateway(console, model, api_base, api_key_env,
+                                _scripts_dirs(scripts_dir, tasks_dir))
+    elif getattr(create_agent(agent), "needs_gateway", False):
+        raise _fail(console, f"agent {agent!r} calls a model: pass --model provider/model "
+                    "(e.g. scripted/solver for a dry run, openai/gpt-4.1)")
     from sandlot.display.plain import LinePrinter
 
     masked = (tasks_dir.resolve(), jobs_root, cache)
     console.print(f"[bold]sandlot[/] job [cyan]{escape(config.job_name)}[/]: {len(tasks)} tasks "
                   f"× {n_attempts} attempts, agent {escape(agent)}, sandbox {sandbox}, "
                   f"-n {n_concurrent} → {jobs_root / config.job_name}")
-    coro = run_job(config, tasks, backend, masked, LinePrinter(console, quiet))
+    coro = run_job(config, tasks, backend, masked, LinePrinter(console, quiet), gateway=gateway)
     try:
         summary = _run_cancellable(coro)
     except ConfigMismatchError as exc:
@@ -170,6 +188,31 @@ def run(
                if (r := load_finished(jobs_root / config.job_name / f"{t.name}__{a}" /
                                       "result.json")) is not None]
     console.print(end_of_run(summary, results))
+
+
+def _scripts_dirs(given: list[Path] | None, tasks_dir: Path) -> list[Path]:
+    import os
+
+    dirs = list(given or [])
+    if env := os.environ.get("SANDLOT_SCRIPTS_DIR"):
+        dirs += [Path(p) for p in env.split(os.pathsep) if p]
+    dirs += [tasks_dir / "scripted", tasks_dir.parent / "scripted"]
+    return [d.resolve() for d in dirs]
+
+
+def _make_gateway(console: Console, model: str, api_base: str | None,
+                  api_key_env: str | None, scripts_dirs: list[Path]):  # type: ignore[no-untyped-def]
+    """The job's gateway, with the route checked now so a bad --model fails before any trial."""
+    from sandlot.gateway.routing import RouteConfig, Router, RoutingError
+    from sandlot.gateway.scripted import ScriptError
+    from sandlot.gateway.server import Gateway
+
+    try:
+        router = Router(RouteConfig(model=model, api_base=api_base, api_key_env=api_key_env,
+                                    scripts_dirs=tuple(scripts_dirs)))
+    except (RoutingError, ScriptError) as exc:
+        raise _fail(console, str(exc)) from exc
+    return Gateway(router)
 
 
 def _run_cancellable(coro):  # type: ignore[no-untyped-def]

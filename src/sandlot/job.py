@@ -14,7 +14,7 @@ import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from pydantic import ValidationError
 
@@ -151,7 +151,8 @@ def plan_trials(tasks: list[Task], n_attempts: int, root: Path) -> list[TrialPla
 async def run_job(config: JobConfig, tasks: list[Task], backend: SandboxBackend,
                   masked_paths: tuple[Path, ...], observer: JobObserver | None = None,
                   backoff_base_sec: float = 1.0,
-                  sleep: Callable[[float], object] = asyncio.sleep) -> JobSummary:
+                  sleep: Callable[[float], object] = asyncio.sleep,
+                  gateway: Any = None) -> JobSummary:
     """Run (or resume) a job. On cancellation the partial summary is written, then re-raised.
 
     Raises: ConfigMismatchError before anything starts if a resumed job's settings differ.
@@ -176,7 +177,8 @@ async def run_job(config: JobConfig, tasks: list[Task], backend: SandboxBackend,
     settings = TrialSettings(agent_name=config.agent, model=config.model,
                              sandbox_name=config.sandbox,
                              timeout_multiplier=config.timeout_multiplier,
-                             agent_network=config.agent_network, masked_paths=masked_paths)
+                             agent_network=config.agent_network, masked_paths=masked_paths,
+                             gateway=gateway, max_turns=config.max_turns)
     verifier = ScriptVerifier()
     slots = asyncio.Semaphore(config.n_concurrent)
 
@@ -199,6 +201,8 @@ async def run_job(config: JobConfig, tasks: list[Task], backend: SandboxBackend,
                 await asyncio.to_thread(_archive_try, plan.dir, try_number)
                 await sleep(delay)  # type: ignore[misc]
 
+    if gateway is not None and pending:
+        await gateway.start()
     try:
         async with asyncio.TaskGroup() as group:
             for plan in pending:
@@ -208,6 +212,9 @@ async def run_job(config: JobConfig, tasks: list[Task], backend: SandboxBackend,
         with contextlib.suppress(Exception):
             run.write_summary()
         raise
+    finally:
+        if gateway is not None and pending:
+            await asyncio.shield(gateway.stop())
     return run.write_summary(complete=True)
 
 

@@ -35,7 +35,9 @@ class JobConfig(BaseModel):
     tasks_dir: str = Field(description="Absolute path of the folder of tasks.")
     task_names: list[str] = Field(description="Tasks selected after include/exclude/n_tasks.")
     agent: str = Field(description="Agent name from the registry, or module:Class.")
-    model: str | None = Field(default=None, description="Model name passed to the agent.")
+    model: str | None = Field(default=None, description="provider/model, routed by the gateway.")
+    api_base: str | None = Field(default=None, description="Provider base URL override.")
+    max_turns: int | None = Field(default=None, ge=1, description="Model turns per prompt cap.")
     n_attempts: int = Field(default=1, ge=1, description="Trials per task (the k of pass@k).")
     n_concurrent: int = Field(default=1, ge=1, description="Trials running at once.")
     max_retries: int = Field(default=0, ge=0, description="Extra tries for infra errors.")
@@ -86,6 +88,10 @@ class TrialResult(BaseModel):
     sandbox: str = "local"
     agent_exit_code: int | None = Field(default=None, description="Exit code of the agent.")
     verifier_exit_code: int | None = Field(default=None, description="Exit code of test.sh.")
+    usage: dict[str, object] | None = Field(
+        default=None, description="Token usage and cost counted by the gateway (trusted).")
+    agent_info: dict[str, object] = Field(
+        default_factory=dict, description="What the agent reported: turns, tool calls...")
 
     @property
     def scored(self) -> bool:
@@ -118,6 +124,8 @@ class JobSummary(BaseModel):
     pass_at_k: dict[str, float] = Field(default_factory=dict)
     errors_by_kind: dict[str, int] = Field(default_factory=dict)
     timing: dict[str, PhaseTiming] = Field(default_factory=dict)
+    usage: dict[str, object] | None = Field(
+        default=None, description="Gateway usage summed over trials (null: no model used).")
     n_resumed: int = Field(default=0, description="Trials kept from an earlier run.")
     n_cancelled: int = 0
     complete: bool = False

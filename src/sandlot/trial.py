@@ -11,8 +11,9 @@ import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from sandlot.agents.base import Agent, AgentContext
+from sandlot.agents.base import Agent, AgentContext, GatewayAccess
 from sandlot.errors import AGENT_FAULT_KINDS, ErrorKind, SandboxError, TrialError
 from sandlot.fsutil import write_atomic, write_model
 from sandlot.models import ErrorInfo, TrialResult, utc_now
@@ -47,6 +48,9 @@ class TrialSettings:
     agent_network: str | None = None
     masked_paths: tuple[Path, ...] = ()
     pids_max: int = 4096
+    #: The job's LLM gateway (sandlot.gateway.server.Gateway), for agents that call a model.
+    gateway: Any = None
+    max_turns: int | None = None
 
 
 class _PhaseClock:
@@ -77,9 +81,25 @@ class _Phase:
         self.clock.log(f"phase {self.name} ended after {elapsed:.3f}s")
 
 
-def _agent_network(task: Task, settings: TrialSettings) -> Network:
+def _agent_network(task: Task, settings: TrialSettings, uses_gateway: bool) -> Network:
+    """public: NAT out; otherwise nothing, or the sandbox loopback where the gateway is."""
     choice = settings.agent_network or task.config.environment.network_mode
-    return "outbound" if choice == "public" else "none"
+    if choice == "public":
+        return "outbound"
+    return "loopback" if uses_gateway else "none"
+
+
+async def _open_gateway(settings: TrialSettings, plan: TrialPlan, sandbox: Sandbox,
+                        agent: Agent) -> Any:
+    if not getattr(agent, "needs_gateway", False):
+        return None
+    if settings.gateway is None:
+        raise TrialError(ErrorKind.AGENT_ERROR,
+                         f"agent {settings.agent_name!r} calls a model: pass --model "
+                         "provider/model (e.g. scripted/solver, openai/gpt-4.1)", "setup")
+    return await settings.gateway.open_trial(plan.name, plan.task.name,
+                                             plan.dir / "trajectory",
+                                             sandbox.network_namespace())
 
 
 async def run_trial(plan: TrialPlan, settings: TrialSettings, backend: SandboxBackend,
@@ -96,6 +116,7 @@ async def run_trial(plan: TrialPlan, settings: TrialSettings, backend: SandboxBa
                          task_digest=task.digest, sandbox=settings.sandbox_name)
     mult = settings.timeout_multiplier
     sandbox: Sandbox | None = None
+    session: Any = None
     started = time.monotonic()
     cancelled: asyncio.CancelledError | None = None
 
@@ -120,10 +141,20 @@ async def run_trial(plan: TrialPlan, settings: TrialSettings, backend: SandboxBa
                 await sandbox.mkdir("/logs/verifier")
             except SandboxError as exc:
                 raise TrialError(ErrorKind.SANDBOX_SETUP_FAILED, str(exc), "setup") from exc
+            session = await _open_gateway(settings, plan, sandbox, agent)
+            access = None
+            if session is not None:
+                gw = settings.gateway
+                access = GatewayAccess(
+                    sandbox_base_url=(f"http://127.0.0.1:{session.sandbox_port}"
+                                      if session.sandbox_port else None),
+                    host_base_url=gw.host_base_url, api_key=session.key,
+                    model=settings.model or "", usage=session.usage)
             ctx = AgentContext(task=task, sandbox=sandbox,
                                timeout_sec=task.config.agent.timeout_sec * mult,
-                               network=_agent_network(task, settings),
-                               logs_dir=plan.dir / "agent", model=settings.model)
+                               network=_agent_network(task, settings, session is not None),
+                               logs_dir=plan.dir / "agent", model=settings.model,
+                               gateway=access, max_turns=settings.max_turns)
             ctx.logs_dir.mkdir(parents=True, exist_ok=True)
             await agent.setup(ctx)
         with clock.phase("agent"):
@@ -131,6 +162,7 @@ async def run_trial(plan: TrialPlan, settings: TrialSettings, backend: SandboxBa
                 outcome = await agent.run(ctx)
                 result.agent_exit_code = outcome.exit_code
                 result.script_time_sec += outcome.script_time_sec
+                result.agent_info = dict(outcome.metadata)
             except TrialError as exc:
                 exc.phase = exc.phase or "agent"
                 if exc.kind not in VERIFY_AFTER:
@@ -139,6 +171,10 @@ async def run_trial(plan: TrialPlan, settings: TrialSettings, backend: SandboxBa
             except SandboxError as exc:
                 raise TrialError(ErrorKind.INTERNAL_ERROR, f"sandbox failed: {exc}",
                                  "agent") from exc
+            finally:
+                # The key dies with the agent phase: nothing after it may call the model.
+                if session is not None:
+                    await settings.gateway.close_trial(session)
         with clock.phase("verify"):
             try:
                 verdict = await verifier.verify(
@@ -161,6 +197,10 @@ async def run_trial(plan: TrialPlan, settings: TrialSettings, backend: SandboxBa
         write_atomic(plan.dir / "exception.txt", traceback.format_exc())
         record(TrialError(ErrorKind.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}", None))
     finally:
+        if session is not None:
+            if session.open:
+                await settings.gateway.close_trial(session)
+            result.usage = session.usage.totals.as_dict()
         if sandbox is not None:
             with clock.phase("cleanup"):
                 await _stop_shielded(sandbox, clock)

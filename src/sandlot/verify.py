@@ -49,18 +49,28 @@ def parse_reward_json(text: str) -> dict[str, float]:
     """reward.json: an object of finite numbers. Raises ValueError saying what is wrong."""
     try:
         data = json.loads(text)
-    except json.JSONDecodeError as exc:
+    except ValueError as exc:  # JSONDecodeError, or an integer past Python's digit limit
         raise ValueError(f"reward.json is not valid JSON ({exc})") from exc
+    except RecursionError as exc:
+        raise ValueError("reward.json is nested too deeply to parse; it must be a flat "
+                         'JSON object of numbers, e.g. {"reward": 1.0}') from exc
     if not isinstance(data, dict) or not data:
         raise ValueError("reward.json must be a non-empty JSON object of numbers, "
                          'e.g. {"reward": 1.0}')
     rewards: dict[str, float] = {}
     for key, value in data.items():
         if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ValueError(f"reward.json key {key!r} is {value!r}, not a number")
-        if not math.isfinite(value):
-            raise ValueError(f"reward.json key {key!r} is {value!r}, not a finite number")
-        rewards[str(key)] = float(value)
+            shown = ("an array" if isinstance(value, list) else "an object"
+                     if isinstance(value, dict) else repr(value)[:80])
+            raise ValueError(f"reward.json key {key!r} is {shown}, not a number")
+        try:
+            number = float(value)  # a huge JSON int overflows a float
+        except OverflowError:
+            number = math.inf
+        if not math.isfinite(number):
+            shown = repr(value) if isinstance(value, float) else "an integer too large"
+            raise ValueError(f"reward.json key {key!r} is {shown}, not a finite number")
+        rewards[str(key)] = number
     return rewards
 
 

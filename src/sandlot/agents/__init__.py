@@ -10,6 +10,7 @@ from sandlot.agents.base import Agent, AgentContext, AgentOutcome
 AGENTS: dict[str, str] = {
     "oracle": "sandlot.agents.oracle:OracleAgent",
     "nop": "sandlot.agents.nop:NopAgent",
+    "builtin": "sandlot.agents.builtin:BuiltinAgent",
 }
 
 

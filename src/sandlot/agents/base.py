@@ -4,10 +4,25 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from sandlot.sandbox.base import Network, Sandbox
 from sandlot.tasks.loader import Task
+
+
+@dataclass(frozen=True)
+class GatewayAccess:
+    """How an agent reaches the model: only through the gateway, with its trial's key."""
+
+    #: Base URL inside the sandbox (http://127.0.0.1:PORT, no /v1).
+    sandbox_base_url: str | None
+    #: Base URL from sandlot's own process, for agents that run on the host side.
+    host_base_url: str
+    api_key: str
+    #: The job's provider/model; what the agent sends as its model name.
+    model: str
+    #: The live usage counter of this trial (gateway.usage.LiveUsage).
+    usage: Any = None
 
 
 @dataclass(frozen=True)
@@ -22,6 +37,8 @@ class AgentContext:
     logs_dir: Path
     model: str | None = None
     env: dict[str, str] = field(default_factory=dict)
+    gateway: GatewayAccess | None = None
+    max_turns: int | None = None
 
 
 @dataclass
@@ -45,6 +62,8 @@ class Agent(Protocol):
     """
 
     name: str
+    #: True if the agent calls a model: the trial then opens a gateway session for it.
+    needs_gateway: bool
 
     async def setup(self, ctx: AgentContext) -> None: ...
 

@@ -9,6 +9,7 @@ from sandlot.agents.base import AgentContext, AgentOutcome
 
 class NopAgent:
     name = "nop"
+    needs_gateway = False
 
     def __init__(self, model: str | None = None) -> None:
         self.model = model

@@ -26,6 +26,7 @@ class OracleAgent:
     """Copies solution/ to /solution only now (the agent phase) and runs solve.sh."""
 
     name = "oracle"
+    needs_gateway = False
 
     def __init__(self, model: str | None = None) -> None:
         self.model = model

@@ -68,6 +68,12 @@ class Router:
         self._upstreams[fmt_name] = upstream
         return upstream
 
+    def extra_prices(self) -> dict[str, dict[str, float]]:
+        """Prices the bundled map cannot know (scripted models declare their own)."""
+        if self._scripted is not None and (entry := self._scripted.model.price_entry()):
+            return {self.config.model: entry}
+        return {}
+
     async def aclose(self) -> None:
         for upstream in self._upstreams.values():
             await upstream.aclose()

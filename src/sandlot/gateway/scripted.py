@@ -67,6 +67,8 @@ class Script:
     task: str
     turns: list[Turn]
     final_text: str = "Done."
+    #: Nominal USD per million tokens, so dry runs show what cost accounting looks like.
+    price_per_mtok: tuple[float, float] | None = None
 
 
 def _as_list(value: Any) -> list[Any]:
@@ -139,15 +141,28 @@ def load_script(path: Path) -> Script:
     turns = data.get("turns", [])
     if not isinstance(turns, list):
         raise ScriptError(f"{path}: `turns` must be an array of tables ([[turns]])")
+    price = data.get("price_per_mtok")
+    if price is not None and not (isinstance(price, dict) and {"input", "output"} <= set(price)):
+        raise ScriptError(f"{path}: price_per_mtok must be {{input = 3.0, output = 15.0}}")
     return Script(source=str(path), task=str(data.get("task", "*")),
                   turns=[_turn(t, f"{path}: turns[{i}]") for i, t in enumerate(turns)],
-                  final_text=str(data.get("final_text", "Done.")))
+                  final_text=str(data.get("final_text", "Done.")),
+                  price_per_mtok=(float(price["input"]), float(price["output"]))
+                  if price else None)
 
 
 @dataclass
 class ScriptedModel:
     name: str
     scripts: list[Script]
+
+    def price_entry(self) -> dict[str, float] | None:
+        """A LiteLLM-style price entry from the first script that declares a price."""
+        for script in self.scripts:
+            if script.price_per_mtok is not None:
+                return {"input_cost_per_token": script.price_per_mtok[0] / 1e6,
+                        "output_cost_per_token": script.price_per_mtok[1] / 1e6}
+        return None
 
     def script_for(self, task: str | None) -> Script | None:
         for script in self.scripts:

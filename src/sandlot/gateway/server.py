@@ -77,7 +77,7 @@ class Gateway:
     def __init__(self, router: Router, prices: PriceTable | None = None,
                  retry: RetryPolicy | None = None, per_trial_concurrency: int = 8) -> None:
         self.router = router
-        self.prices = prices or PriceTable()
+        self.prices = prices or PriceTable(extra=router.extra_prices())
         self.retry = retry or RetryPolicy()
         self.per_trial_concurrency = per_trial_concurrency
         self._sessions: dict[str, TrialSession] = {}

@@ -38,6 +38,22 @@ def task_pass_at_k(results: list[TrialResult], max_k: int) -> dict[str, float]:
     return out
 
 
+USAGE_INT_FIELDS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens",
+                    "reasoning_tokens", "total_tokens", "n_requests")
+
+
+def sum_usage(usages: list[dict[str, object]]) -> dict[str, object] | None:
+    """The trials' gateway usage summed; cost is null only if no trial had a known price."""
+    if not usages:
+        return None
+    out: dict[str, object] = {k: sum(int(u.get(k) or 0) for u in usages)  # type: ignore[call-overload]
+                              for k in USAGE_INT_FIELDS}
+    costs = [float(u["cost_usd"]) for u in usages if u.get("cost_usd") is not None]  # type: ignore[arg-type]
+    out["cost_usd"] = round(sum(costs), 8) if costs else None
+    out["source"] = "gateway"
+    return out
+
+
 def summarize(job_name: str, agent: str, model: str | None, n_planned: int, max_k: int,
               results: list[TrialResult], *, n_resumed: int = 0,
               complete: bool = False) -> JobSummary:
@@ -50,6 +66,7 @@ def summarize(job_name: str, agent: str, model: str | None, n_planned: int, max_
         for phase, sec in r.timing.items():
             phases[phase].append(sec)
     kinds = Counter(str(r.error.kind) for r in results if r.error is not None)
+    usage = sum_usage([r.usage for r in results if r.usage is not None])
     return JobSummary(
         job_name=job_name, agent=agent, model=model, n_trials_planned=n_planned,
         n_trials=len(results), n_passed=n_passed, n_failed=len(scored) - n_passed,
@@ -61,6 +78,7 @@ def summarize(job_name: str, agent: str, model: str | None, n_planned: int, max_
         errors_by_kind=dict(sorted(kinds.items())),
         timing={p: PhaseTiming(mean_sec=round(sum(v) / len(v), 4), total_sec=round(sum(v), 4))
                 for p, v in phases.items()},
+        usage=usage,
         n_resumed=n_resumed, n_cancelled=kinds.get(str(ErrorKind.CANCELLED), 0),
         complete=complete,
     )

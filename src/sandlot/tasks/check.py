@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import tomllib
@@ -12,7 +13,7 @@ from typing import Literal
 from pydantic import ValidationError
 
 from sandlot.tasks.config import TaskConfig
-from sandlot.tasks.dockerfile import ARCHIVE_SUFFIXES, CopyStep, parse_dockerfile
+from sandlot.tasks.dockerfile import CopyStep, parse_dockerfile
 
 
 @dataclass(frozen=True)
@@ -30,35 +31,75 @@ class Problem:
 
 
 _TOML_LINE = re.compile(r"line (\d+)")
+_SIMPLE_KEY = r"""(?:[A-Za-z0-9_-]+|"(?:[^"\\]|\\.)*"|'[^']*')"""
+_DOTTED_KEY = rf"{_SIMPLE_KEY}(?:\s*\.\s*{_SIMPLE_KEY})*"
+_KEY_PART = re.compile(_SIMPLE_KEY)
+_ASSIGNMENT = re.compile(rf"({_DOTTED_KEY})\s*=")
+_TABLE = re.compile(rf"\[\s*({_DOTTED_KEY})\s*\]\s*(?:#.*)?$")
+_ARRAY_TABLE = re.compile(rf"\[\[\s*({_DOTTED_KEY})\s*\]\]")
+
+
+def _key_path(dotted: str) -> tuple[str, ...]:
+    """`a."b.c".'d'` -> ("a", "b.c", "d")."""
+    parts = []
+    for m in _KEY_PART.finditer(dotted):
+        part = m.group(0)
+        if part.startswith('"'):
+            try:
+                part = tomllib.loads(f"k = {part}")["k"]
+            except tomllib.TOMLDecodeError:
+                part = part[1:-1]
+        elif part.startswith("'"):
+            part = part[1:-1]
+        parts.append(part)
+    return tuple(parts)
 
 
 def _key_line(text: str, loc: tuple[str | int, ...]) -> int | None:
-    """Line of `key = ...` inside `[table]` for a pydantic error location."""
+    """Line defining a pydantic error location: its `[table]` header, `key = ...` under
+    the table, a dotted key (`agent.timeout_sec = ...` at top level, `b.c = ...` in [a]),
+    or the one-line inline table holding it (`env = { A = [1] }`)."""
     if not loc:
         return None
-    *tables, key = [str(x) for x in loc]
-    table = ".".join(tables)
-    current = ""
+    want = tuple(str(x) for x in loc)
+    current: tuple[str, ...] | None = ()
     for no, line in enumerate(text.splitlines(), start=1):
         s = line.strip()
-        if s.startswith("["):
-            current = s.strip("[] ")
-            if not tables and current == key:
+        if s.startswith("[["):  # an array of tables: its keys' locations carry an index
+            m = _ARRAY_TABLE.match(s)
+            current = None
+            if m and _key_path(m.group(1)) == want:
                 return no
             continue
-        if current == table and re.match(rf'^"?{re.escape(key)}"?\s*=', s):
-            return no
+        if s.startswith("["):
+            m = _TABLE.match(s)
+            current = _key_path(m.group(1)) if m else None
+            if current == want:
+                return no
+            continue
+        m = _ASSIGNMENT.match(s)
+        if m and current is not None:
+            path = current + _key_path(m.group(1))
+            if path == want:
+                return no
+            if want[:len(path)] == path and s[m.end():].lstrip().startswith("{"):
+                return no  # inside the inline table that starts on this line
     return None
 
 
 def _fix_for(err: dict[str, object], field: str) -> str:
     kind = str(err.get("type", ""))
-    if "float" in kind or "int" in kind or "greater_than" in kind:
+    if any(word in kind for word in ("float", "int", "number", "greater_than", "finite")):
         if field.endswith("timeout_sec"):
             return f"set {field} to a positive number of seconds, e.g. {field} = 600"
         return f"set {field} to a positive number"
     if kind == "literal_error":
-        return f"use one of the allowed values for {field}: {err.get('ctx', {})}"
+        ctx = err.get("ctx")
+        expected = str(ctx.get("expected", "")) if isinstance(ctx, dict) else ""
+        allowed = re.findall(r"'((?:[^'\\]|\\.)*)'", expected)
+        if allowed:
+            return "use one of: " + ", ".join(json.dumps(a) for a in allowed)
+        return f"use one of the allowed values for {field}"
     if "dict" in kind or "model" in kind:
         return f"make {field} a table, e.g. [{field}]"
     if "string" in kind:
@@ -66,8 +107,27 @@ def _fix_for(err: dict[str, object], field: str) -> str:
     return f"correct {field}"
 
 
+def _not_utf8(task: str, file: str, path: Path, exc: UnicodeDecodeError,
+              why: str = "") -> Problem:
+    """`file` could not be decoded; name the line of the first bad byte."""
+    before = path.read_bytes()[:exc.start].replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+    line = before.count(b"\n") + 1
+    return Problem(task, file, f"line {line}",
+                   f"{file} is not UTF-8 (byte {exc.object[exc.start]:#04x} at offset "
+                   f"{exc.start} cannot be decoded){why}",
+                   f"re-save {file} as UTF-8 (e.g. iconv -f latin1 -t utf-8)")
+
+
+def _read_utf8(path: Path) -> str:
+    """The text sandlot reads everywhere: strict UTF-8, universal newlines."""
+    return path.read_text(encoding="utf-8")
+
+
 def _check_toml(task: str, path: Path) -> list[Problem]:
-    text = path.read_text(errors="replace")
+    try:
+        text = _read_utf8(path)
+    except UnicodeDecodeError as exc:
+        return [_not_utf8(task, "task.toml", path, exc, "; TOML requires UTF-8")]
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -105,7 +165,12 @@ def _check_dockerfile(task: str, env_dir: Path) -> list[Problem]:
                                 "add environment/Dockerfile if the task needs files or packages",
                                 "warning"))
         return problems
-    plan = parse_dockerfile(dockerfile.read_text(errors="replace"))
+    try:
+        plan = parse_dockerfile(_read_utf8(dockerfile))
+    except UnicodeDecodeError as exc:
+        problems.append(_not_utf8(task, "environment/Dockerfile", dockerfile, exc))
+        return problems
+    env_root = env_dir.resolve()
     for issue in plan.issues:
         problems.append(Problem(task, "environment/Dockerfile", f"line {issue.line}",
                                 issue.message, "rewrite that instruction"
@@ -114,20 +179,28 @@ def _check_dockerfile(task: str, env_dir: Path) -> list[Problem]:
     for step in plan.steps:
         if isinstance(step, CopyStep):
             for src in step.sources:
+                where = f"line {step.line}: COPY {src}"
                 if any(ch in src for ch in "*?["):
-                    if not list(env_dir.glob(src)):
-                        problems.append(Problem(task, "environment/Dockerfile", f"COPY {src}",
+                    if not _glob_inside(env_root, src):
+                        problems.append(Problem(task, "environment/Dockerfile", where,
                                                 "the pattern matches no file in environment/",
                                                 "add the files or fix the pattern"))
                     continue
                 target = (env_dir / src).resolve()
-                if not str(target).startswith(str(env_dir.resolve())) or not target.exists():
-                    problems.append(Problem(task, "environment/Dockerfile", f"COPY {src}",
+                if not target.is_relative_to(env_root) or not target.exists():
+                    problems.append(Problem(task, "environment/Dockerfile", where,
                                             "the source does not exist inside environment/",
                                             "add it to environment/ or fix the path"))
-                elif step.extract and not src.endswith(ARCHIVE_SUFFIXES):
-                    continue
     return problems
+
+
+def _glob_inside(env_root: Path, pattern: str) -> bool:
+    """Does the COPY pattern match a file inside environment/? (`/x/*`, `../*` match none.)"""
+    try:
+        matches = env_root.glob(pattern)
+        return any(m.resolve().is_relative_to(env_root) for m in matches)
+    except (ValueError, NotImplementedError):  # absolute or empty patterns
+        return False
 
 
 def check_task(path: Path, *, need_solution: bool = True) -> list[Problem]:
@@ -141,9 +214,13 @@ def check_task(path: Path, *, need_solution: bool = True) -> list[Problem]:
     if not instruction.is_file():
         problems.append(Problem(task, "instruction.md", None, "missing",
                                 "write the agent's instructions to instruction.md"))
-    elif not instruction.read_text(errors="replace").strip():
-        problems.append(Problem(task, "instruction.md", None, "empty",
-                                "write the agent's instructions to instruction.md"))
+    else:
+        try:
+            if not _read_utf8(instruction).strip():
+                problems.append(Problem(task, "instruction.md", None, "empty",
+                                        "write the agent's instructions to instruction.md"))
+        except UnicodeDecodeError as exc:
+            problems.append(_not_utf8(task, "instruction.md", instruction, exc))
     test_sh = path / "tests" / "test.sh"
     if not test_sh.is_file():
         problems.append(Problem(task, "tests/test.sh", None, "missing",

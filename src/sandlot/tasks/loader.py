@@ -81,14 +81,17 @@ def load_task(path: Path, *, need_solution: bool = True) -> Task:
                 if p.severity == "error"]
     if problems:
         raise TaskLoadError(problems)
-    config = TaskConfig.model_validate(tomllib.loads((path / "task.toml").read_text()))
+    # Strict UTF-8, as check_task read them (TOML must be UTF-8; no locale-dependent decoding).
+    config = TaskConfig.model_validate(
+        tomllib.loads((path / "task.toml").read_text(encoding="utf-8")))
     dockerfile_path = path / "environment" / "Dockerfile"
-    plan = parse_dockerfile(dockerfile_path.read_text()) if dockerfile_path.exists() else None
+    plan = (parse_dockerfile(dockerfile_path.read_text(encoding="utf-8"))
+            if dockerfile_path.exists() else None)
     return Task(
         name=path.name,
         path=path.resolve(),
         config=config,
-        instruction=(path / "instruction.md").read_text(),
+        instruction=(path / "instruction.md").read_text(encoding="utf-8"),
         dockerfile=plan,
         digest=hash_tree(path / "environment"),
     )
