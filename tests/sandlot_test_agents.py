@@ -17,6 +17,7 @@ from sandlot.fsutil import write_atomic
 
 class ShellAgent:
     name = "shell"
+    needs_gateway = False
 
     def __init__(self, model: str | None = None) -> None:
         self.model = model

@@ -16,7 +16,12 @@ def describe(result: TrialResult) -> str:
         return (f"[red]✗ error[/] {escape(result.trial_name)} {result.error.kind}: "
                 f"{escape(result.error.message[:200])} ({total:.1f}s)")
     mark = "[green]✓ passed[/]" if result.passed else "[yellow]✗ failed[/]"
-    return f"{mark} {escape(result.trial_name)} reward={reward} ({total:.1f}s)"
+    usage = ""
+    if result.usage:
+        tokens = int(result.usage.get("total_tokens") or 0)  # type: ignore[call-overload]
+        cost = result.usage.get("cost_usd")
+        usage = f" {tokens:,} tok" + (f" ${float(cost):.4f}" if cost is not None else "")  # type: ignore[arg-type]
+    return f"{mark} {escape(result.trial_name)} reward={reward}{usage} ({total:.1f}s)"
 
 
 class LinePrinter:

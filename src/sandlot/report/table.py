@@ -14,9 +14,23 @@ def _pct(value: float | None) -> str:
     return "—" if value is None else f"{value:.1%}"
 
 
+def tokens_text(n: object) -> str:
+    value = int(n or 0)  # type: ignore[call-overload]
+    if value >= 1_000_000:
+        return f"{value / 1e6:.2f}M"
+    return f"{value / 1e3:.1f}k" if value >= 1000 else str(value)
+
+
+def cost_text(cost: object) -> str:
+    return "—" if cost is None else f"${float(cost):.4f}"  # type: ignore[arg-type]
+
+
 def tasks_table(results: list[TrialResult]) -> Table:
     table = Table(title="Tasks", title_justify="left")
-    for col in ("task", "passed", "failed", "errored", "mean reward", "errors"):
+    with_usage = any(r.usage for r in results)
+    cols = ["task", "passed", "failed", "errored", "mean reward"]
+    cols += ["tokens", "cost"] if with_usage else []
+    for col in [*cols, "errors"]:
         table.add_column(col, justify="left" if col in ("task", "errors") else "right")
     by_task: dict[str, list[TrialResult]] = defaultdict(list)
     for r in results:
@@ -26,10 +40,15 @@ def tasks_table(results: list[TrialResult]) -> Table:
         scored = [r for r in rs if r.scored]
         rewards = [r.reward for r in scored if r.reward is not None]
         kinds = sorted({str(r.error.kind) for r in rs if r.error is not None})
-        table.add_row(task, str(sum(r.passed for r in scored)),
-                      str(sum(not r.passed for r in scored)), str(len(rs) - len(scored)),
-                      f"{sum(rewards) / len(rewards):.3f}" if rewards else "—",
-                      ", ".join(kinds))
+        row = [task, str(sum(r.passed for r in scored)),
+               str(sum(not r.passed for r in scored)), str(len(rs) - len(scored)),
+               f"{sum(rewards) / len(rewards):.3f}" if rewards else "—"]
+        if with_usage:
+            usages = [r.usage for r in rs if r.usage]
+            costs = [u.get("cost_usd") for u in usages if u.get("cost_usd") is not None]
+            row += [tokens_text(sum(int(u.get("total_tokens") or 0) for u in usages)),  # type: ignore[call-overload]
+                    cost_text(sum(costs) if costs else None)]  # type: ignore[arg-type]
+        table.add_row(*row, ", ".join(kinds))
     return table
 
 
@@ -48,6 +67,15 @@ def summary_table(summary: JobSummary) -> Table:
         ("mean reward", "—" if summary.mean_reward is None else f"{summary.mean_reward:.3f}"),
     ]
     rows += [(f"pass@{k}", _pct(v)) for k, v in summary.pass_at_k.items()]
+    if summary.usage:
+        u = summary.usage
+        rows += [("tokens (in / out)", f"{tokens_text(u.get('input_tokens'))} / "
+                                       f"{tokens_text(u.get('output_tokens'))}"),
+                 ("model requests", str(u.get("n_requests"))),
+                 ("cost (gateway)", cost_text(u.get("cost_usd")))]
+        n = summary.n_trials or 1
+        if u.get("cost_usd") is not None:
+            rows.append(("cost per trial", cost_text(float(u["cost_usd"]) / n)))  # type: ignore[arg-type]
     rows += [(f"errors: {kind}", str(n)) for kind, n in summary.errors_by_kind.items()]
     rows += [(f"time {phase} (mean / total)", f"{t.mean_sec:.2f}s / {t.total_sec:.1f}s")
              for phase, t in summary.timing.items()]
