@@ -184,9 +184,6 @@ def test_read_rewards_binary_garbage_is_reward_parse_error(tmp_path: Path) -> No
     assert info.value.kind is ErrorKind.REWARD_PARSE_ERROR
 
 
-@pytest.mark.xfail(strict=True, reason="bug: parse_reward_json calls math.isfinite on a huge "
-                   "JSON int, which raises OverflowError (not ValueError), so read_rewards lets "
-                   "it escape instead of a REWARD_PARSE_ERROR")
 def test_read_rewards_huge_integer_is_reward_parse_error(tmp_path: Path) -> None:
     (tmp_path / "reward.json").write_text('{"reward": 1' + "0" * 400 + "}")
     with pytest.raises(TrialError) as info:
@@ -194,9 +191,6 @@ def test_read_rewards_huge_integer_is_reward_parse_error(tmp_path: Path) -> None
     assert info.value.kind is ErrorKind.REWARD_PARSE_ERROR
 
 
-@pytest.mark.xfail(strict=True, reason="bug: deeply nested JSON makes json.loads raise "
-                   "RecursionError, which parse_reward_json does not catch, so it escapes "
-                   "read_rewards instead of a REWARD_PARSE_ERROR")
 def test_read_rewards_deeply_nested_json_is_reward_parse_error(tmp_path: Path) -> None:
     depth = sys.getrecursionlimit() + 100
     (tmp_path / "reward.json").write_text("[" * depth + "]" * depth)

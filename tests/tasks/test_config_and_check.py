@@ -162,16 +162,12 @@ def test_timeout_must_be_positive(make_task, value: str) -> None:
     assert problem.field == "agent.timeout_sec (line 2)"
 
 
-@pytest.mark.xfail(strict=True, reason="bug: TOML `true` is coerced to 1.0 s by pydantic's lax "
-                   "float; a boolean timeout is accepted instead of reported as not a number")
 def test_boolean_timeout_is_not_a_number(make_task) -> None:
     toml = "[agent]\ntimeout_sec = true\n"
     problem = one_error(check_task(make_task("bool-timeout", task_toml=toml)), "task.toml")
     assert problem.field is not None and problem.field.startswith("agent.timeout_sec")
 
 
-@pytest.mark.xfail(strict=True, reason="bug: _key_line only finds `key =` under a [table] "
-                   "header, so a dotted key `agent.timeout_sec = ...` gets no line number")
 def test_dotted_key_timeout_error_names_the_line(make_task) -> None:
     toml = 'version = "1.0"\nagent.timeout_sec = "x"\n'
     problem = one_error(check_task(make_task("dotted", task_toml=toml)), "task.toml")
@@ -256,8 +252,6 @@ def test_dockerfile_refusals_name_the_line_and_a_container_backend(make_task,
     assert all("container backend" in p.fix for p in at_line)
 
 
-@pytest.mark.xfail(strict=True, reason="bug: the lines inside a RUN heredoc are parsed as "
-                   "instructions and reported as \"unknown instruction 'ECHO'\" / 'EOF'")
 def test_heredoc_body_is_not_reported_as_unknown_instructions(make_task) -> None:
     text = "FROM debian:bookworm\nRUN <<EOF\necho hi\nEOF\n"
     problems = only(check_task(make_task("heredoc", dockerfile=text)),
@@ -286,8 +280,6 @@ def test_copy_escaping_environment_dir_is_an_error(make_task) -> None:
     assert "../task.toml" in str(problem)
 
 
-@pytest.mark.xfail(strict=True, reason="bug: a COPY of a missing file is reported with field "
-                   "'COPY data.csv' and no line number (CopyStep does not keep its line)")
 def test_copy_of_a_missing_file_names_its_line(make_task) -> None:
     text = "FROM debian:bookworm\nWORKDIR /app\nCOPY data.csv ./\n"
     problem = one_error(check_task(make_task("copy-missing", dockerfile=text)),
@@ -295,9 +287,6 @@ def test_copy_of_a_missing_file_names_its_line(make_task) -> None:
     assert "line 3" in str(problem)
 
 
-@pytest.mark.xfail(strict=True, reason="bug: parse_dockerfile raises (shlex ValueError, "
-                   "JSONDecodeError, TypeError) on malformed COPY/ENV args, so check_task "
-                   "crashes instead of reporting a Dockerfile problem")
 @pytest.mark.parametrize("bad_line", [
     'ENV A="unterminated',
     "COPY 'data.csv /app/",

@@ -94,13 +94,14 @@ def test_arbitrary_bytes_as_task_toml(task: Path, data: bytes) -> None:
     assert_answer_matches_oracle(task)
 
 
-@pytest.mark.xfail(strict=True, reason="bug: check_task reads task.toml with "
-                   "errors='replace' and accepts non-UTF-8 bytes (TOML must be UTF-8), then "
-                   "load_task reads it strictly and raises UnicodeDecodeError")
 def test_non_utf8_task_toml_is_reported(task: Path) -> None:
     (task / "task.toml").write_bytes(b'# caf\xe9\nversion = "1.0"\n')
-    assert toml_problems(check_task(task)), "non-UTF-8 task.toml not reported"
-    load_task(task)
+    [problem] = toml_problems(check_task(task))
+    assert problem.severity == "error" and problem.field == "line 1"
+    assert "not UTF-8" in problem.message and "UTF-8" in problem.fix
+    assert str(problem).startswith("prop/task.toml")
+    with pytest.raises(TaskLoadError, match="not UTF-8"):  # not a UnicodeDecodeError
+        load_task(task)
 
 
 # ---------------------------------------------------------------- TOML values for known fields
@@ -201,18 +202,26 @@ def test_arbitrary_values_for_known_fields(task: Path, doc: tuple[str, dict[str,
         TaskConfig.model_validate(tomllib.loads(text))
     except ValidationError as exc:
         fields = [p.field or "" for p in toml_problems(problems)]
-        lines = text.splitlines()
+        lines = text.split("\n")  # TOML lines end at \n only (not \x85, \u2028)
         for err in exc.errors():
             name = ".".join(str(x) for x in err["loc"])
             assert any(f == name or f.startswith(name + " (line ") for f in fields), (
                 f"{name} not named in {fields}")
-        for f in fields:
-            # A line number, when given, points at the offending key or table header.
-            m = re.fullmatch(r"(.+) \(line (\d+)\)", f)
-            if m:
-                key = m.group(1).split(".")[-1]
+            # A line number, when given, points at the offending key or table header,
+            # or at the line whose inline table holds the key.
+            key = str(err["loc"][-1])  # not name.split("."): keys may hold dots
+            for f in fields:
+                m = re.fullmatch(r"(.+) \(line (\d+)\)", f)
+                if not m or m.group(1) != name:
+                    continue
                 line = lines[int(m.group(2)) - 1]
-                assert line.startswith((f"{key} =", f'"{key}" =', f"[{key}]")), (f, line)
+                inline = f"{{{toml_str(key)} =" in line or f", {toml_str(key)} =" in line
+                assert inline or line.startswith((f"{key} =", f'"{key}" =', f"[{key}]")), (
+                    f, line)
+        for f in fields:  # every line-numbered field is one of pydantic's locations
+            m = re.fullmatch(r"(.+) \(line (\d+)\)", f)
+            assert not m or any(m.group(1) == ".".join(str(x) for x in err["loc"])
+                                for err in exc.errors()), f
     else:
         expected = TaskConfig.model_validate(tomllib.loads(text))
         assert repr(load_task(task).config.model_dump()) == repr(expected.model_dump())  # nan

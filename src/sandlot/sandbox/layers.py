@@ -25,7 +25,7 @@ from sandlot.sandbox.base import SandboxSpec
 from sandlot.tasks.dockerfile import CopyStep, DockerfilePlan, RunStep
 
 #: Bump when the replay's semantics change, so old cached layers are not reused.
-REPLAY_VERSION = "1"
+REPLAY_VERSION = "2"
 LOG_TAIL = 3000
 
 StartSandbox = Callable[[SandboxSpec, Path, Path], Coroutine[Any, Any, Any]]

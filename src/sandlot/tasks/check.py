@@ -63,7 +63,7 @@ def _key_line(text: str, loc: tuple[str | int, ...]) -> int | None:
         return None
     want = tuple(str(x) for x in loc)
     current: tuple[str, ...] | None = ()
-    for no, line in enumerate(text.splitlines(), start=1):
+    for no, line in enumerate(text.split("\n"), start=1):
         s = line.strip()
         if s.startswith("[["):  # an array of tables: its keys' locations carry an index
             m = _ARRAY_TABLE.match(s)

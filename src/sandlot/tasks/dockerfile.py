@@ -94,6 +94,11 @@ def _heredocs(content: str) -> list[tuple[bool, str]]:
     return [(m.group("dash") == "-", m.group("word")) for m in _HEREDOC.finditer(content)]
 
 
+def _physical_lines(text: str) -> list[str]:
+    """Lines as Docker splits them: at \n (a trailing \r dropped), not at \x85 or \u2028."""
+    return [raw.removesuffix("\r") for raw in text.split("\n")]
+
+
 def _logical_lines(text: str) -> list[tuple[int, str]]:
     """Join backslash continuations; drop comments, blank lines and heredoc bodies; keep
     start line numbers. A heredoc body is not instructions: it runs to its terminator line."""
@@ -101,7 +106,7 @@ def _logical_lines(text: str) -> list[tuple[int, str]]:
     buf: list[str] = []
     start = 0
     pending: list[tuple[bool, str]] = []  # heredocs whose bodies come next
-    for no, raw in enumerate(text.splitlines(), start=1):
+    for no, raw in enumerate(_physical_lines(text), start=1):
         if pending:
             dash, word = pending[0]
             if (raw.lstrip("\t") if dash else raw) == word:
