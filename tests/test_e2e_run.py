@@ -45,6 +45,24 @@ def test_examples_oracle_pass_every_task_with_pass_at_1_and_2(run_cli, examples_
     assert "pass@2" in proc.stdout
 
 
+def test_examples_builtin_agent_on_scripted_solver_passes_every_task(run_cli, examples_dir,
+                                                                   tmp_path):
+    """The README demo: the built-in agent, through the gateway, on the scripted model."""
+    proc = run_cli("run", str(examples_dir), "--agent", "builtin", "--model", "scripted/solver",
+                   "-n", "4", "--jobs-dir", str(tmp_path), "--job-name", "solver")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    summary = load(tmp_path / "solver" / "summary.json")
+    assert summary["pass_rate"] == 1.0 and summary["n_errored"] == 0
+    usage = summary["usage"]
+    assert usage["source"] == "gateway" and usage["n_requests"] > 0
+    assert usage["total_tokens"] > 0 and usage["cost_usd"] > 0
+    res = results(tmp_path / "solver")
+    assert sum(r["usage"]["total_tokens"] for r in res.values()) == usage["total_tokens"]
+    for r in res.values():
+        assert r["agent_info"]["tool_calls"] > 0
+    assert "cost (gateway)" in proc.stdout
+
+
 def test_examples_tests_fail_on_the_untouched_environment(run_cli, examples_dir, tmp_path):
     proc = run_cli("run", str(examples_dir), "--agent", "nop", "-n", "4",
                    "--jobs-dir", str(tmp_path), "--job-name", "nop")

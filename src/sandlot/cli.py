@@ -88,7 +88,8 @@ def run(
     api_key_env: Annotated[str | None, typer.Option(
         help="Env var holding the provider key (default: the provider's usual one).")] = None,
     scripts_dir: Annotated[list[Path] | None, typer.Option(
-        help="Where scripted models live (default: <tasks>/../scripted).")] = None,
+        help="Where scripted models live; also searched: $SANDLOT_SCRIPTS_DIR, "
+        "<tasks>/scripted, <tasks>/../scripted, the built-ins.")] = None,
     max_turns: Annotated[int | None, typer.Option(
         min=1, help="Model turns per prompt for agents that honour it (builtin).")] = None,
     n_concurrent: Annotated[int, typer.Option("-n", "--n-concurrent", min=1,
@@ -197,6 +198,8 @@ def _scripts_dirs(given: list[Path] | None, tasks_dir: Path) -> list[Path]:
     if env := os.environ.get("SANDLOT_SCRIPTS_DIR"):
         dirs += [Path(p) for p in env.split(os.pathsep) if p]
     dirs += [tasks_dir / "scripted", tasks_dir.parent / "scripted"]
+    if (tasks_dir / "task.toml").is_file():  # one task: look beside its folder of tasks too
+        dirs.append(tasks_dir.parent.parent / "scripted")
     return [d.resolve() for d in dirs]
 
 

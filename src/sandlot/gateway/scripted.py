@@ -13,6 +13,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import re
+import shlex
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,10 +24,10 @@ from sandlot.gateway.formats.base import ModelTurn, RequestView, ToolCall, ToolS
 SHELL_TOOLS = ("bash", "Bash", "shell", "exec_command", "run_shell_command", "execute",
                "terminal", "run_command", "developer__shell")
 WRITE_TOOLS = ("write", "Write", "write_file", "create_file", "str_replace_based_edit_tool",
-               "edit_file", "developer__text_editor")
+               "developer__text_editor")
 COMMAND_KEYS = ("command", "cmd", "script", "code", "input")
 PATH_KEYS = ("path", "file_path", "filePath", "absolute_path", "filename")
-CONTENT_KEYS = ("content", "contents", "file_text", "text", "new_str")
+CONTENT_KEYS = ("content", "contents", "file_text", "text")
 BUILTIN_DIR = Path(__file__).parent / "scripted_models"
 
 
@@ -36,7 +37,8 @@ class ScriptError(ValueError):
 
 @dataclass(frozen=True)
 class Fault:
-    #: "429", "500", "503", "stall" (wait, then answer) or "cut" (stream stops midway)
+    #: "429", "500", "502", "503", "529", "stall" (wait, then answer) or "cut" (a streamed
+    #: answer stops midway; on a non-streamed request it does not fire)
     kind: str
     times: int = 1
     retry_after_sec: float | None = None
@@ -67,8 +69,15 @@ class Script:
     task: str
     turns: list[Turn]
     final_text: str = "Done."
-    #: Nominal USD per million tokens, so dry runs show what cost accounting looks like.
-    price_per_mtok: tuple[float, float] | None = None
+    #: Nominal USD per million tokens (input, output, cache read), so dry runs show what
+    #: cost accounting looks like.
+    price_per_mtok: tuple[float, float, float | None] | None = None
+
+
+def _number(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise ValueError(f"{value!r} is not a number")
+    return float(value)
 
 
 def _as_list(value: Any) -> list[Any]:
@@ -100,14 +109,19 @@ def _turn(raw: Any, where: str) -> Turn:
     fault = None
     if "fault" in raw:
         f = raw["fault"]
-        f = {"kind": f} if isinstance(f, str) else f
+        f = {"kind": f} if isinstance(f, str | int) and not isinstance(f, bool) else f
         if not isinstance(f, dict) or str(f.get("kind")) not in {"429", "500", "502", "503",
                                                                   "529", "stall", "cut"}:
             raise ScriptError(f"{where}: fault.kind must be 429, 500, 502, 503, 529, stall "
-                              "or cut")
-        fault = Fault(kind=str(f["kind"]), times=int(f.get("times", 1)),
-                      retry_after_sec=f.get("retry_after_sec"),
-                      seconds=float(f.get("seconds", 5.0)))
+                              "or cut (cut applies to streamed requests only)")
+        try:
+            retry_after = f.get("retry_after_sec")
+            fault = Fault(kind=str(f["kind"]), times=int(f.get("times", 1)),
+                          retry_after_sec=None if retry_after is None else _number(retry_after),
+                          seconds=_number(f.get("seconds", 5.0)))
+        except (TypeError, ValueError) as exc:
+            raise ScriptError(f"{where}: fault times/retry_after_sec/seconds must be "
+                              f"numbers ({exc})") from None
     cases = []
     for i, c in enumerate(_as_list(raw.get("cases"))):
         case_where = f"{where}.cases[{i}]"
@@ -138,17 +152,29 @@ def load_script(path: Path) -> Script:
         data = tomllib.loads(path.read_text())
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise ScriptError(f"{path}: cannot read the script: {exc}") from exc
+    top_level = {"task", "final_text", "price_per_mtok", "turns"}
+    unknown = set(data) - top_level
+    if unknown:
+        raise ScriptError(f"{path}: unknown key(s) {', '.join(sorted(unknown))}; "
+                          f"use {', '.join(sorted(top_level))}")
     turns = data.get("turns", [])
     if not isinstance(turns, list):
         raise ScriptError(f"{path}: `turns` must be an array of tables ([[turns]])")
     price = data.get("price_per_mtok")
-    if price is not None and not (isinstance(price, dict) and {"input", "output"} <= set(price)):
-        raise ScriptError(f"{path}: price_per_mtok must be {{input = 3.0, output = 15.0}}")
+    prices: tuple[float, float, float | None] | None = None
+    if price is not None:
+        try:
+            if not (isinstance(price, dict) and {"input", "output"} <= set(price)):
+                raise ValueError
+            read = price.get("cache_read")
+            prices = (_number(price["input"]), _number(price["output"]),
+                      None if read is None else _number(read))
+        except (ValueError, TypeError):
+            raise ScriptError(f"{path}: price_per_mtok must be {{input = 3.0, output = 15.0}}"
+                              " (numbers, USD per million tokens; optional cache_read)") from None
     return Script(source=str(path), task=str(data.get("task", "*")),
                   turns=[_turn(t, f"{path}: turns[{i}]") for i, t in enumerate(turns)],
-                  final_text=str(data.get("final_text", "Done.")),
-                  price_per_mtok=(float(price["input"]), float(price["output"]))
-                  if price else None)
+                  final_text=str(data.get("final_text", "Done.")), price_per_mtok=prices)
 
 
 @dataclass
@@ -160,8 +186,11 @@ class ScriptedModel:
         """A LiteLLM-style price entry from the first script that declares a price."""
         for script in self.scripts:
             if script.price_per_mtok is not None:
-                return {"input_cost_per_token": script.price_per_mtok[0] / 1e6,
-                        "output_cost_per_token": script.price_per_mtok[1] / 1e6}
+                entry = {"input_cost_per_token": script.price_per_mtok[0] / 1e6,
+                         "output_cost_per_token": script.price_per_mtok[1] / 1e6}
+                if script.price_per_mtok[2] is not None:
+                    entry["cache_read_input_token_cost"] = script.price_per_mtok[2] / 1e6
+                return entry
         return None
 
     def script_for(self, task: str | None) -> Script | None:
@@ -234,19 +263,22 @@ def shell_call(tools: list[ToolSpec], command: str) -> ToolCall | None:
     if (props.get(key) or {}).get("type") == "array":
         value = ["bash", "-lc", command]
     args: dict[str, Any] = {key: value}
-    if "description" in (tool.parameters.get("required") or []):
+    required = tool.parameters.get("required") if isinstance(tool.parameters, dict) else None
+    if "description" in (required or []):
         args["description"] = "run a command"
     return ToolCall(new_id("call_"), tool.name, args)
 
 
 def write_call(tools: list[ToolSpec], path: str, content: str) -> ToolCall | None:
     tool = _find_tool(tools, WRITE_TOOLS)
-    if tool is not None:
-        props = _props(tool)
+    props = _props(tool) if tool is not None else {}
+    if tool is not None and any(k in props for k in CONTENT_KEYS):
         args: dict[str, Any] = {_pick_key(props, PATH_KEYS, "path"): path,
                                 _pick_key(props, CONTENT_KEYS, "content"): content}
-        if "command" in props:  # str_replace_based_edit_tool style
-            args["command"] = "create"
+        if "command" in props:  # editor-style tools: the command that writes a whole file
+            choices = (props.get("command") or {}).get("enum") or []
+            args["command"] = next((c for c in ("create", "write") if c in choices),
+                                   "create" if not choices else choices[0])
         return ToolCall(new_id("call_"), tool.name, args)
     # No file tool: write through the shell with a quoted heredoc.
     marker = "SANDLOT_EOF"
@@ -254,12 +286,16 @@ def write_call(tools: list[ToolSpec], path: str, content: str) -> ToolCall | Non
         marker += "_"
     body = content if content.endswith("\n") else content + "\n"
     folder = path.rsplit("/", 1)[0] if "/" in path else "."
-    return shell_call(tools, f"mkdir -p {folder or '/'} && cat > {path} <<'{marker}'\n"
-                             f"{body}{marker}")
+    return shell_call(tools, f"mkdir -p {shlex.quote(folder or '/')} && "
+                             f"cat > {shlex.quote(path)} <<'{marker}'\n{body}{marker}")
 
 
 def _estimate(text: str) -> int:
     return max(1, len(text) // 4)
+
+
+def _estimate_chars(n_chars: int) -> int:
+    return max(1, n_chars // 4)
 
 
 def render_turn(turn: Turn | None, script: Script | None, view: RequestView,
@@ -268,7 +304,7 @@ def render_turn(turn: Turn | None, script: Script | None, view: RequestView,
     if turn is None:
         text = script.final_text if script is not None else (
             "scripted model: no script matches this task")
-        return ModelTurn(text=text, usage=Usage(_estimate("x" * request_chars),
+        return ModelTurn(text=text, usage=Usage(_estimate_chars(request_chars),
                                                 _estimate(text)))
     calls: list[ToolCall] = []
     problems: list[str] = []
@@ -295,8 +331,8 @@ def render_turn(turn: Turn | None, script: Script | None, view: RequestView,
         text = (text + "\n" if text else "") + "scripted model: " + "; ".join(problems)
     produced = text + turn.thinking + "".join(json.dumps(c.arguments) for c in calls)
     usage = Usage(
-        input_tokens=turn.input_tokens if turn.input_tokens is not None else _estimate(
-            "x" * request_chars),
+        input_tokens=(turn.input_tokens if turn.input_tokens is not None
+                      else _estimate_chars(request_chars)),
         output_tokens=turn.output_tokens if turn.output_tokens is not None else _estimate(
             produced),
         cache_read_tokens=turn.cache_read_tokens, cache_write_tokens=turn.cache_write_tokens,

@@ -31,7 +31,8 @@ def tasks_table(results: list[TrialResult]) -> Table:
     cols = ["task", "passed", "failed", "errored", "mean reward"]
     cols += ["tokens", "cost"] if with_usage else []
     for col in [*cols, "errors"]:
-        table.add_column(col, justify="left" if col in ("task", "errors") else "right")
+        table.add_column(col, justify="left" if col in ("task", "errors") else "right",
+                         no_wrap=col == "task")
     by_task: dict[str, list[TrialResult]] = defaultdict(list)
     for r in results:
         by_task[r.task].append(r)
