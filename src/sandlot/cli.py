@@ -92,6 +92,12 @@ def run(
         "<tasks>/scripted, <tasks>/../scripted, the built-ins.")] = None,
     max_turns: Annotated[int | None, typer.Option(
         min=1, help="Model turns per prompt for agents that honour it (builtin).")] = None,
+    repair_attempts: Annotated[int, typer.Option(
+        min=0, help="After the agent finishes, verify and send failing feedback back into "
+        "its session up to N times.")] = 0,
+    repair_template: Annotated[Path | None, typer.Option(
+        help="File with the repair feedback message ({feedback}, {reward}, {attempt}, "
+        "{max_attempts}); a task's [agent] repair_feedback_template wins.")] = None,
     n_concurrent: Annotated[int, typer.Option("-n", "--n-concurrent", min=1,
                                               help="Trials running at once.")] = 1,
     n_attempts: Annotated[int, typer.Option("-k", "--n-attempts", min=1,
@@ -145,6 +151,7 @@ def run(
         raise _fail(console, f"{len({p.task for p in errors})} of {len(paths)} tasks are "
                     "invalid; nothing was run (see `sandlot tasks check`)")
     tasks = [load_task(p, need_solution=agent == "oracle") for p in paths]
+    template_text = _read_template(console, repair_template) if repair_template else None
     cache = (cache_dir or default_cache_dir()).resolve()
     jobs_root = jobs_dir.resolve()
     config = JobConfig(
@@ -152,7 +159,8 @@ def run(
         tasks_dir=str(tasks_dir.resolve()), task_names=[t.name for t in tasks], agent=agent,
         model=model, n_attempts=n_attempts, n_concurrent=n_concurrent, max_retries=max_retries,
         timeout_multiplier=timeout_multiplier, agent_network=agent_network,  # type: ignore[arg-type]
-        api_base=api_base, max_turns=max_turns,
+        api_base=api_base, max_turns=max_turns, repair_attempts=repair_attempts,
+        repair_template=template_text,
         sandbox=sandbox, jobs_dir=str(jobs_root),
         task_digests={t.name: hash_tree(t.path) for t in tasks},
     )
@@ -189,6 +197,19 @@ def run(
                if (r := load_finished(jobs_root / config.job_name / f"{t.name}__{a}" /
                                       "result.json")) is not None]
     console.print(end_of_run(summary, results))
+
+
+def _read_template(console: Console, path: Path) -> str:
+    """Read and try a repair template now, so a typo fails before any trial runs."""
+    from sandlot.feedback import render_feedback
+    from sandlot.verify import Verdict
+
+    try:
+        text = path.read_text()
+        render_feedback(text, Verdict(0.0, {}, 0.0, 1, output="x"), 2, 3, [])
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise _fail(console, f"--repair-template {path}: {exc}") from exc
+    return text
 
 
 def _scripts_dirs(given: list[Path] | None, tasks_dir: Path) -> list[Path]:

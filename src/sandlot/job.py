@@ -178,7 +178,9 @@ async def run_job(config: JobConfig, tasks: list[Task], backend: SandboxBackend,
                              sandbox_name=config.sandbox,
                              timeout_multiplier=config.timeout_multiplier,
                              agent_network=config.agent_network, masked_paths=masked_paths,
-                             gateway=gateway, max_turns=config.max_turns)
+                             gateway=gateway, max_turns=config.max_turns,
+                             repair_attempts=config.repair_attempts,
+                             repair_template=config.repair_template)
     verifier = ScriptVerifier()
     slots = asyncio.Semaphore(config.n_concurrent)
 

@@ -38,6 +38,9 @@ class JobConfig(BaseModel):
     model: str | None = Field(default=None, description="provider/model, routed by the gateway.")
     api_base: str | None = Field(default=None, description="Provider base URL override.")
     max_turns: int | None = Field(default=None, ge=1, description="Model turns per prompt cap.")
+    repair_attempts: int = Field(default=0, ge=0, description="Feedback rounds after the first.")
+    repair_template: str | None = Field(
+        default=None, description="Run-wide repair feedback template (a task's own wins).")
     n_attempts: int = Field(default=1, ge=1, description="Trials per task (the k of pass@k).")
     n_concurrent: int = Field(default=1, ge=1, description="Trials running at once.")
     max_retries: int = Field(default=0, ge=0, description="Extra tries for infra errors.")
@@ -92,6 +95,12 @@ class TrialResult(BaseModel):
         default=None, description="Token usage and cost counted by the gateway (trusted).")
     agent_info: dict[str, object] = Field(
         default_factory=dict, description="What the agent reported: turns, tool calls...")
+    attempts: list[dict[str, object]] = Field(
+        default_factory=list,
+        description="Repair attempts: each generation, its feedback evaluation, the feedback.")
+    repaired: bool = Field(default=False, description="Passed after at least one repair.")
+    counted_attempt: int | None = Field(
+        default=None, description="The attempt whose final state the reward scores.")
 
     @property
     def scored(self) -> bool:

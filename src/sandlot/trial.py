@@ -13,10 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sandlot.agents.base import Agent, AgentContext, GatewayAccess
+from sandlot.agents.base import Agent, AgentContext, GatewayAccess, is_conversational
 from sandlot.errors import AGENT_FAULT_KINDS, ErrorKind, SandboxError, TrialError
 from sandlot.fsutil import write_atomic, write_model
 from sandlot.models import ErrorInfo, TrialResult, utc_now
+from sandlot.repair import RepairFailed, RepairSettings, feedback_template, run_with_repairs
 from sandlot.sandbox.base import EnvironmentRequest, Network, Sandbox, SandboxBackend, SandboxSpec
 from sandlot.tasks.loader import Task
 from sandlot.verify import Verifier
@@ -51,6 +52,8 @@ class TrialSettings:
     #: The job's LLM gateway (sandlot.gateway.server.Gateway), for agents that call a model.
     gateway: Any = None
     max_turns: int | None = None
+    repair_attempts: int = 0
+    repair_template: str | None = None
 
 
 class _PhaseClock:
@@ -159,10 +162,26 @@ async def run_trial(plan: TrialPlan, settings: TrialSettings, backend: SandboxBa
             await agent.setup(ctx)
         with clock.phase("agent"):
             try:
+                first_started = time.monotonic()
                 outcome = await agent.run(ctx)
                 result.agent_exit_code = outcome.exit_code
                 result.script_time_sec += outcome.script_time_sec
                 result.agent_info = dict(outcome.metadata)
+                if settings.repair_attempts and is_conversational(agent):
+                    repair = RepairSettings(
+                        max_repairs=settings.repair_attempts,
+                        template=feedback_template(task, settings.repair_template),
+                        verify_timeout_sec=task.config.verifier.timeout_sec * mult)
+                    try:
+                        result.attempts = await run_with_repairs(
+                            agent, ctx, outcome, time.monotonic() - first_started, verifier,
+                            plan.dir / "repairs", repair)
+                    except RepairFailed as exc:
+                        result.attempts = exc.attempts
+                        raise
+                elif settings.repair_attempts:
+                    result.agent_info["repair_attempts"] = (
+                        f"not supported by agent {settings.agent_name!r}")
             except TrialError as exc:
                 exc.phase = exc.phase or "agent"
                 if exc.kind not in VERIFY_AFTER:
@@ -172,7 +191,10 @@ async def run_trial(plan: TrialPlan, settings: TrialSettings, backend: SandboxBa
                 raise TrialError(ErrorKind.INTERNAL_ERROR, f"sandbox failed: {exc}",
                                  "agent") from exc
             finally:
-                # The key dies with the agent phase: nothing after it may call the model.
+                # The agent's processes end here, before anything is scored...
+                if is_conversational(agent):
+                    await _close_agent(agent, ctx, clock)
+                # ...and its key dies with them: nothing after may call the model.
                 if session is not None:
                     await settings.gateway.close_trial(session)
         with clock.phase("verify"):
@@ -186,6 +208,8 @@ async def run_trial(plan: TrialPlan, settings: TrialSettings, backend: SandboxBa
             result.reward = verdict.reward
             result.rewards = verdict.rewards
             result.passed = verdict.reward >= 1.0
+            result.counted_attempt = len(result.attempts) or 1
+            result.repaired = result.passed and len(result.attempts) > 1
             result.verifier_exit_code = verdict.exit_code
             result.script_time_sec += verdict.duration_sec
     except TrialError as exc:
@@ -212,6 +236,17 @@ async def run_trial(plan: TrialPlan, settings: TrialSettings, backend: SandboxBa
     if cancelled is not None:
         raise cancelled
     return result
+
+
+async def _close_agent(agent: Any, ctx: AgentContext, clock: _PhaseClock) -> None:
+    close = asyncio.ensure_future(agent.close(ctx))
+    try:
+        await asyncio.wait_for(asyncio.shield(close), CLEANUP_TIMEOUT_SEC)
+    except asyncio.CancelledError:
+        await close
+        raise
+    except Exception as exc:
+        clock.log(f"closing the agent failed: {exc}")
 
 
 async def _stop_shielded(sandbox: Sandbox, clock: _PhaseClock) -> None:

@@ -27,17 +27,22 @@ class Verdict:
     duration_sec: float
     exit_code: int | None
     metadata: dict[str, object] = field(default_factory=dict)
+    #: test.sh's stdout then stderr, for repair feedback (filtered before an agent sees it).
+    output: str = ""
 
 
 class Verifier(Protocol):
     """Scores the sandbox's current state.
 
-    Contract: runs after every agent process is gone; returns a Verdict or raises
-    TrialError (VERIFIER_TIMEOUT, VERIFIER_ERROR, REWARD_MISSING, REWARD_PARSE_ERROR).
+    Contract: the scoring run happens after every agent process is gone; returns a Verdict
+    or raises TrialError (VERIFIER_TIMEOUT, VERIFIER_ERROR, REWARD_MISSING,
+    REWARD_PARSE_ERROR). A feedback run (`feedback=True`, between repair attempts) runs on
+    the `network` given and takes the tests back out of the sandbox afterwards.
     """
 
     async def verify(self, sandbox: Sandbox, task: Task, out_dir: Path,
-                     timeout_sec: float) -> Verdict: ...
+                     timeout_sec: float, *, network: Network | None = None,
+                     feedback: bool = False) -> Verdict: ...
 
 
 def _tail(text: str) -> str:
@@ -124,14 +129,28 @@ class ScriptVerifier:
 
     @override
     async def verify(self, sandbox: Sandbox, task: Task, out_dir: Path,
-                     timeout_sec: float) -> Verdict:
+                     timeout_sec: float, *, network: Network | None = None,
+                     feedback: bool = False) -> Verdict:
+        try:
+            return await self._verify(sandbox, task, out_dir, timeout_sec,
+                                      network or self.network)
+        finally:
+            if feedback:
+                # The agent works on after a feedback run: take the tests away again.
+                await sandbox.remove(TESTS_MOUNT)
+                await sandbox.remove(VERIFIER_LOGS)
+                await sandbox.mkdir(VERIFIER_LOGS)
+
+    async def _verify(self, sandbox: Sandbox, task: Task, out_dir: Path,
+                      timeout_sec: float, network: Network) -> Verdict:
         # Anything the agent left under /logs/verifier is discarded: only test.sh writes it.
         await sandbox.remove(VERIFIER_LOGS)
         await sandbox.mkdir(VERIFIER_LOGS)
+        await sandbox.remove(TESTS_MOUNT)
         await sandbox.upload(task.tests_dir, TESTS_MOUNT)
         result = await sandbox.exec(
             ["bash", f"{TESTS_MOUNT}/test.sh"], timeout_sec=timeout_sec,
-            env={**task.config.verifier.env}, network=self.network,
+            env={**task.config.verifier.env}, network=network,
         )
         out_dir.mkdir(parents=True, exist_ok=True)
         write_atomic(out_dir / "test_stdout.txt", result.stdout)
@@ -156,4 +175,4 @@ class ScriptVerifier:
                 exc.message += f"; its output ends: {detail})" if detail else ")"
             raise
         return Verdict(reward=reward, rewards=rewards, duration_sec=result.duration_sec,
-                       exit_code=result.exit_code)
+                       exit_code=result.exit_code, output=result.stdout + result.stderr)

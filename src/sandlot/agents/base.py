@@ -68,3 +68,20 @@ class Agent(Protocol):
     async def setup(self, ctx: AgentContext) -> None: ...
 
     async def run(self, ctx: AgentContext) -> AgentOutcome: ...
+
+
+class ConversationalAgent(Agent, Protocol):
+    """An agent whose session can take another prompt: what repair attempts need.
+
+    Contract: after `run` (or a `follow_up`) returns, the agent is idle with its session
+    kept; `follow_up` sends the next user message into that same session; `close` ends
+    the session and leaves no agent process behind (safe to call twice).
+    """
+
+    async def follow_up(self, ctx: AgentContext, message: str) -> AgentOutcome: ...
+
+    async def close(self, ctx: AgentContext) -> None: ...
+
+
+def is_conversational(agent: Agent) -> bool:
+    return callable(getattr(agent, "follow_up", None)) and callable(getattr(agent, "close", None))

@@ -63,6 +63,7 @@ class BuiltinAgent:
 
     def __init__(self, model: str | None = None) -> None:
         self.model = model
+        self._messages: list[dict[str, Any]] = []
 
     @override
     async def setup(self, ctx: AgentContext) -> None:
@@ -70,6 +71,22 @@ class BuiltinAgent:
 
     @override
     async def run(self, ctx: AgentContext) -> AgentOutcome:
+        self._messages = [
+            {"role": "system", "content": SYSTEM_PROMPT.format(workdir=ctx.task.workdir)},
+            {"role": "user", "content": ctx.task.instruction},
+        ]
+        return await self._prompt(ctx)
+
+    async def follow_up(self, ctx: AgentContext, message: str) -> AgentOutcome:
+        """The next user message in the same conversation (repair feedback)."""
+        self._messages.append({"role": "user", "content": message})
+        return await self._prompt(ctx)
+
+    async def close(self, ctx: AgentContext) -> None:
+        """Nothing runs between prompts: every tool call already finished."""
+        return None
+
+    async def _prompt(self, ctx: AgentContext) -> AgentOutcome:
         if ctx.gateway is None:
             raise TrialError(ErrorKind.AGENT_ERROR, "the built-in agent needs --model", "agent")
         trace_path = ctx.logs_dir / "builtin_trajectory.jsonl"
@@ -92,10 +109,7 @@ class BuiltinAgent:
     async def _loop(self, ctx: AgentContext, state: _LoopState) -> None:
         assert ctx.gateway is not None
         max_turns = ctx.max_turns or DEFAULT_MAX_TURNS
-        messages: list[dict[str, Any]] = [
-            {"role": "system", "content": SYSTEM_PROMPT.format(workdir=ctx.task.workdir)},
-            {"role": "user", "content": ctx.task.instruction},
-        ]
+        messages = self._messages
         headers = {"authorization": f"Bearer {ctx.gateway.api_key}"}
         async with httpx.AsyncClient(base_url=ctx.gateway.host_base_url, headers=headers,
                                      timeout=httpx.Timeout(None, connect=10.0)) as client:

@@ -59,8 +59,9 @@ class Turn:
     cache_write_tokens: int = 0
     reasoning_tokens: int = 0
     finish: str | None = None
-    #: Alternatives tried first: (regex on the latest tool result, task glob, turn).
-    cases: list[tuple[str | None, str | None, Turn]] = field(default_factory=list)
+    #: Alternatives tried first: (regex on the latest tool result, task glob, turn, regex on
+    #: the latest user message).
+    cases: list[tuple[str | None, str | None, Turn, str | None]] = field(default_factory=list)
 
 
 @dataclass
@@ -91,7 +92,7 @@ def _turn(raw: Any, where: str) -> Turn:
         raise ScriptError(f"{where}: a turn must be a table")
     known = {"text", "thinking", "run", "write", "tool", "fault", "input_tokens",
              "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens",
-             "finish", "cases", "when_tool_result", "when_task"}
+             "finish", "cases", "when_tool_result", "when_task", "when_user"}
     unknown = set(raw) - known
     if unknown:
         raise ScriptError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}; "
@@ -127,16 +128,18 @@ def _turn(raw: Any, where: str) -> Turn:
         case_where = f"{where}.cases[{i}]"
         if not isinstance(c, dict):
             raise ScriptError(f"{case_where}: a case must be a table")
-        pattern = c.get("when_tool_result")
-        if pattern is not None:
+        pattern, user_pattern = c.get("when_tool_result"), c.get("when_user")
+        for key, value in (("when_tool_result", pattern), ("when_user", user_pattern)):
+            if value is None:
+                continue
             try:
-                re.compile(pattern)
-            except re.error as exc:
-                raise ScriptError(
-                    f"{case_where}: when_tool_result is not a regex: {exc}") from exc
+                re.compile(value)
+            except (re.error, TypeError) as exc:
+                raise ScriptError(f"{case_where}: {key} is not a regex: {exc}") from exc
         cases.append((pattern, c.get("when_task"), _turn(
-            {k: v for k, v in c.items() if k not in ("when_tool_result", "when_task")},
-            case_where)))
+            {k: v for k, v in c.items()
+             if k not in ("when_tool_result", "when_task", "when_user")}, case_where),
+            user_pattern))
     return Turn(text=str(raw.get("text", "")), thinking=str(raw.get("thinking", "")),
                 run=[str(r) for r in _as_list(raw.get("run"))], write=writes, tools=tools,
                 fault=fault, input_tokens=raw.get("input_tokens"),
@@ -220,8 +223,10 @@ def pick_turn(script: Script | None, view: RequestView, task: str | None) -> Tur
     if script is None or view.n_assistant_turns >= len(script.turns):
         return None
     turn = script.turns[view.n_assistant_turns]
-    for pattern, task_glob, alternative in turn.cases:
+    for pattern, task_glob, alternative, user_pattern in turn.cases:
         if pattern is not None and not re.search(pattern, view.last_tool_result or ""):
+            continue
+        if user_pattern is not None and not re.search(user_pattern, view.last_user_text or ""):
             continue
         if task_glob is not None and not fnmatch.fnmatch(task or "", task_glob):
             continue

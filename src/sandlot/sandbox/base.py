@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 #: none: no network at all; loopback: the sandbox's own loopback, shared by its commands,
 #: where sandlot serves the model gateway; outbound: loopback plus NAT to the internet
@@ -47,6 +47,31 @@ class SandboxSpec:
     layers: tuple[Path, ...] = ()
 
 
+class SandboxProcess(Protocol):
+    """A long-running command inside a sandbox, talked to over its stdio (agents' RPC).
+
+    Contract: `stdin`/`stdout`/`stderr` are asyncio streams; `terminate` asks it to stop,
+    `kill` stops it and everything it started; both are safe after it exited.
+    """
+
+    stdin: Any
+    stdout: Any
+    stderr: Any
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    async def wait(self) -> int: ...
+
+    async def terminate(self) -> None: ...
+
+    async def kill(self) -> None: ...
+
+    def limit_hit(self) -> Literal["memory", "pids"] | None:
+        """A kernel limit hit since the process started, if any."""
+        ...
+
+
 class Sandbox(Protocol):
     """One isolated machine for one trial.
 
@@ -83,6 +108,24 @@ class Sandbox(Protocol):
             user: run as this user instead of root.
             network: "none" (loopback only) or "outbound" (NAT, host loopback unreachable).
         Raises: SandboxError if the command could not be started at all.
+        """
+        ...
+
+    async def start_process(
+        self,
+        command: list[str],
+        *,
+        env: dict[str, str] | None = None,
+        cwd: str | None = None,
+        user: str | None = None,
+        network: Network = "none",
+        stream_limit: int = 64 * 1024 * 1024,
+    ) -> SandboxProcess:
+        """Start `command` inside with piped stdio and return at once (for RPC agents).
+
+        `stream_limit` bounds one line read from stdout/stderr (asyncio's default 64 KiB is
+        too small for agents that put whole files in one JSON line).
+        Raises: SandboxError if it could not be started.
         """
         ...
 

@@ -15,6 +15,7 @@ import shutil
 import signal
 import time
 from pathlib import Path
+from typing import Literal
 
 from typing_extensions import override
 
@@ -76,6 +77,49 @@ def resolve_inside(root: Path, path: str, max_links: int = 40) -> Path:
             continue
         resolved.append(part)
     return root.joinpath(*resolved)
+
+
+class LocalProcess:
+    """A bwrap'd command with piped stdio; killing its group ends its whole PID namespace."""
+
+    def __init__(self, proc: asyncio.subprocess.Process, cgroups: CgroupLimits | None) -> None:
+        self._proc = proc
+        self._cgroups = cgroups
+        self._before = cgroups.counters() if cgroups else (0, 0)
+        self.stdin = proc.stdin
+        self.stdout = proc.stdout
+        self.stderr = proc.stderr
+        self.pid = proc.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self._proc.returncode
+
+    async def wait(self) -> int:
+        return await self._proc.wait()
+
+    def _signal(self, sig: int) -> None:
+        if self._proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self._proc.pid, sig)
+
+    async def terminate(self) -> None:
+        self._signal(signal.SIGTERM)
+
+    async def kill(self) -> None:
+        self._signal(signal.SIGKILL)
+        with contextlib.suppress(Exception):
+            await self._proc.wait()
+
+    def limit_hit(self) -> Literal["memory", "pids"] | None:
+        if self._cgroups is None:
+            return None
+        oom, pids = self._cgroups.counters()
+        if oom > self._before[0]:
+            return "memory"
+        if pids > self._before[1]:
+            return "pids"
+        return None
 
 
 class LocalSandbox:
@@ -284,6 +328,36 @@ class LocalSandbox:
         env.update(self.spec.env)
         env.update(extra or {})
         return env
+
+    @override
+    async def start_process(
+        self,
+        command: list[str],
+        *,
+        env: dict[str, str] | None = None,
+        cwd: str | None = None,
+        user: str | None = None,
+        network: Network = "none",
+        stream_limit: int = 64 * 1024 * 1024,
+    ) -> LocalProcess:
+        if self._holder is None or self._holder.returncode is not None:
+            raise SandboxError("sandbox is not running")
+        if network == "outbound":
+            await self._ensure_network()
+        elif network == "loopback":
+            await self._drop_network()
+        full = self._bwrap_argv(command, self._env(env), cwd or self.spec.workdir, user, network)
+        cg = self._cgroups
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *full, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE, limit=stream_limit,
+                preexec_fn=child_setup(cg.procs_files if cg else None),
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise SandboxError(f"cannot start bwrap: {exc}") from exc
+        return LocalProcess(proc, cg)
 
     @override
     async def exec(

@@ -68,6 +68,8 @@ class RequestView:
     n_assistant_turns: int
     last_tool_result: str | None
     include_usage: bool = True
+    #: Text of the latest user message (a prompt or repair feedback), tool results aside.
+    last_user_text: str | None = None
 
 
 def new_id(prefix: str) -> str:

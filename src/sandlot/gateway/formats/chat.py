@@ -62,9 +62,11 @@ class ChatFormat:
             if isinstance(fn, dict) and fn.get("name"):
                 tools.append(ToolSpec(fn["name"], fn.get("parameters") or {}))
         opts = body.get("stream_options") or {}
+        users = [m for m in messages if isinstance(m, dict) and m.get("role") == "user"]
         return RequestView(model=str(body.get("model", "")), stream=bool(body.get("stream")),
                            tools=tools, n_assistant_turns=n_assistant, last_tool_result=last_tool,
-                           include_usage=bool(opts.get("include_usage")))
+                           include_usage=bool(opts.get("include_usage")),
+                           last_user_text=text_of(users[-1].get("content")) if users else None)
 
     def encode(self, turn: ModelTurn, model: str) -> dict[str, Any]:
         message: dict[str, Any] = {"role": "assistant", "content": turn.text or None}

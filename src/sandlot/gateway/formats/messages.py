@@ -64,8 +64,20 @@ class MessagesFormat:
                     last_tool = "\n".join(results)
         tools = [ToolSpec(t["name"], t.get("input_schema") or {})
                  for t in body.get("tools") or [] if isinstance(t, dict) and t.get("name")]
+        last_user = None
+        for m in reversed(messages):
+            if not isinstance(m, dict) or m.get("role") != "user":
+                continue
+            content = m.get("content")
+            if isinstance(content, list):
+                content = [b for b in content
+                           if not (isinstance(b, dict) and b.get("type") == "tool_result")]
+            if text := text_of(content):
+                last_user = text
+                break
         return RequestView(model=str(body.get("model", "")), stream=bool(body.get("stream")),
-                           tools=tools, n_assistant_turns=n_assistant, last_tool_result=last_tool)
+                           tools=tools, n_assistant_turns=n_assistant, last_tool_result=last_tool,
+                           last_user_text=last_user)
 
     def encode(self, turn: ModelTurn, model: str) -> dict[str, Any]:
         return {"id": new_id("msg_"), "type": "message", "role": "assistant", "model": model,

@@ -92,8 +92,15 @@ class ResponsesFormat:
                  for t in body.get("tools") or []
                  if isinstance(t, dict) and t.get("type", "function") == "function"
                  and t.get("name")]
+        raw_input = body.get("input")
+        last_user = raw_input if isinstance(raw_input, str) else None
+        for item in reversed(items):
+            if isinstance(item, dict) and item.get("role") == "user":
+                last_user = text_of(item.get("content"))
+                break
         return RequestView(model=str(body.get("model", "")), stream=bool(body.get("stream")),
-                           tools=tools, n_assistant_turns=n_turns, last_tool_result=last_tool)
+                           tools=tools, n_assistant_turns=n_turns, last_tool_result=last_tool,
+                           last_user_text=last_user)
 
     def _response(self, turn: ModelTurn, model: str, rid: str, created: int,
                   status: str, output: list[dict[str, Any]]) -> dict[str, Any]:

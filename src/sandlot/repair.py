@@ -1,0 +1,101 @@
+"""Repair attempts: verify, send the feedback into the same agent session, try again.
+
+The loop belongs to the trial, not to an agent: any ConversationalAgent (Pi, ACP agents,
+the built-in agent) gets it unchanged. Feedback runs only decide whether to go on; the
+trial's scoring verification still runs afterwards, with every agent process gone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from sandlot.agents.base import AgentContext, AgentOutcome, ConversationalAgent
+from sandlot.errors import ErrorKind, TrialError
+from sandlot.feedback import DEFAULT_TEMPLATE, render_feedback
+from sandlot.tasks.loader import Task
+from sandlot.verify import Verifier
+
+TASK_TEMPLATE_KEY = "repair_feedback_template"
+
+
+def feedback_template(task: Task, run_template: str | None) -> str:
+    """The task's own template ([agent] repair_feedback_template) wins, then the run's."""
+    extra = task.config.agent.model_extra or {}
+    own = extra.get(TASK_TEMPLATE_KEY)
+    return str(own) if own else (run_template or DEFAULT_TEMPLATE)
+
+
+@dataclass
+class RepairSettings:
+    max_repairs: int
+    template: str
+    verify_timeout_sec: float
+
+
+def _generation(outcome: AgentOutcome, seconds: float) -> dict[str, object]:
+    return {"exit_code": outcome.exit_code, "duration_sec": round(seconds, 4),
+            **outcome.metadata}
+
+
+async def run_with_repairs(agent: ConversationalAgent, ctx: AgentContext, first: AgentOutcome,
+                           first_sec: float, verifier: Verifier, out_dir: Path,
+                           settings: RepairSettings) -> list[dict[str, object]]:
+    """Run feedback rounds after the first generation; returns one record per attempt.
+
+    The agent's time budget (ctx.timeout_sec) covers all its generations together.
+    Raises: TrialError AGENT_TIMEOUT when the budget runs out during a follow-up.
+    """
+    attempts: list[dict[str, object]] = [{"attempt": 1, "generation": _generation(
+        first, first_sec), "evaluation": None, "feedback": None}]
+    spent = first_sec
+    secret = [ctx.task.tests_dir, ctx.task.solution_dir]
+    for number in range(2, settings.max_repairs + 2):
+        record = attempts[-1]
+        try:
+            verdict = await verifier.verify(ctx.sandbox, ctx.task,
+                                            out_dir / f"attempt-{number - 1}",
+                                            settings.verify_timeout_sec,
+                                            network=ctx.network, feedback=True)
+        except TrialError as exc:
+            # An unreadable feedback run ends the repairs; the scoring run will tell.
+            record["evaluation"] = {"error": {"kind": str(exc.kind), "message": exc.message}}
+            break
+        record["evaluation"] = {"reward": verdict.reward, "rewards": verdict.rewards}
+        if verdict.reward >= 1.0:
+            break
+        remaining = ctx.timeout_sec - spent
+        if remaining <= 0:
+            break
+        message = render_feedback(settings.template, verdict, number, settings.max_repairs + 1,
+                                  secret)
+        attempts.append({"attempt": number, "generation": None, "evaluation": None,
+                         "feedback": message})
+        started = time.monotonic()
+        try:
+            outcome = await agent.follow_up(dataclasses.replace(ctx, timeout_sec=remaining),
+                                            message)
+        except TrialError as exc:
+            attempts[-1]["generation"] = {"error": {"kind": str(exc.kind),
+                                                    "message": exc.message},
+                                          "duration_sec": round(time.monotonic() - started, 4)}
+            if exc.kind is ErrorKind.AGENT_TIMEOUT:
+                raise RepairTimeout(exc, attempts) from exc
+            raise RepairFailed(exc, attempts) from exc
+        spent += time.monotonic() - started
+        attempts[-1]["generation"] = _generation(outcome, time.monotonic() - started)
+    return attempts
+
+
+class RepairFailed(TrialError):
+    """A follow-up failed; carries the attempts so far so the trial can record them."""
+
+    def __init__(self, cause: TrialError, attempts: list[dict[str, object]]) -> None:
+        super().__init__(cause.kind, cause.message, cause.phase or "agent")
+        self.attempts = attempts
+
+
+class RepairTimeout(RepairFailed):
+    pass
