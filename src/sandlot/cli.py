@@ -80,6 +80,8 @@ def sandbox_cleanup(
 def run(
     tasks_dir: Annotated[Path, typer.Argument(help="A task folder or a folder of tasks.")],
     agent: Annotated[str, typer.Option("--agent", "-a", help="Agent name or module:Class.")],
+    agent_version: Annotated[str | None, typer.Option(
+        help="Version of an agent sandlot installs itself (e.g. pi).")] = None,
     model: Annotated[str | None, typer.Option(
         "--model", "-m", help="provider/model, e.g. openai/gpt-4.1, anthropic/claude-sonnet-4-5,"
         " scripted/solver.")] = None,
@@ -156,6 +158,7 @@ def run(
     jobs_root = jobs_dir.resolve()
     config = JobConfig(
         job_name=job_name or datetime.now().strftime("%Y-%m-%d__%H-%M-%S"),
+        agent_version=agent_version,
         tasks_dir=str(tasks_dir.resolve()), task_names=[t.name for t in tasks], agent=agent,
         model=model, n_attempts=n_attempts, n_concurrent=n_concurrent, max_retries=max_retries,
         timeout_multiplier=timeout_multiplier, agent_network=agent_network,  # type: ignore[arg-type]
@@ -181,7 +184,8 @@ def run(
     console.print(f"[bold]sandlot[/] job [cyan]{escape(config.job_name)}[/]: {len(tasks)} tasks "
                   f"× {n_attempts} attempts, agent {escape(agent)}, sandbox {sandbox}, "
                   f"-n {n_concurrent} → {jobs_root / config.job_name}")
-    coro = run_job(config, tasks, backend, masked, LinePrinter(console, quiet), gateway=gateway)
+    coro = run_job(config, tasks, backend, masked, LinePrinter(console, quiet), gateway=gateway,
+                   cache_dir=cache)
     try:
         summary = _run_cancellable(coro)
     except ConfigMismatchError as exc:

@@ -152,7 +152,7 @@ async def run_job(config: JobConfig, tasks: list[Task], backend: SandboxBackend,
                   masked_paths: tuple[Path, ...], observer: JobObserver | None = None,
                   backoff_base_sec: float = 1.0,
                   sleep: Callable[[float], object] = asyncio.sleep,
-                  gateway: Any = None) -> JobSummary:
+                  gateway: Any = None, cache_dir: Path | None = None) -> JobSummary:
     """Run (or resume) a job. On cancellation the partial summary is written, then re-raised.
 
     Raises: ConfigMismatchError before anything starts if a resumed job's settings differ.
@@ -180,7 +180,8 @@ async def run_job(config: JobConfig, tasks: list[Task], backend: SandboxBackend,
                              agent_network=config.agent_network, masked_paths=masked_paths,
                              gateway=gateway, max_turns=config.max_turns,
                              repair_attempts=config.repair_attempts,
-                             repair_template=config.repair_template)
+                             repair_template=config.repair_template,
+                             cache_dir=cache_dir, agent_version=config.agent_version)
     verifier = ScriptVerifier()
     slots = asyncio.Semaphore(config.n_concurrent)
 

@@ -35,6 +35,8 @@ class JobConfig(BaseModel):
     tasks_dir: str = Field(description="Absolute path of the folder of tasks.")
     task_names: list[str] = Field(description="Tasks selected after include/exclude/n_tasks.")
     agent: str = Field(description="Agent name from the registry, or module:Class.")
+    agent_version: str | None = Field(
+        default=None, description="Pinned version for agents sandlot installs (pi, acp...).")
     model: str | None = Field(default=None, description="provider/model, routed by the gateway.")
     api_base: str | None = Field(default=None, description="Provider base URL override.")
     max_turns: int | None = Field(default=None, ge=1, description="Model turns per prompt cap.")

@@ -54,6 +54,8 @@ class TrialSettings:
     max_turns: int | None = None
     repair_attempts: int = 0
     repair_template: str | None = None
+    cache_dir: Path | None = None
+    agent_version: str | None = None
 
 
 class _PhaseClock:
@@ -157,7 +159,9 @@ async def run_trial(plan: TrialPlan, settings: TrialSettings, backend: SandboxBa
                                timeout_sec=task.config.agent.timeout_sec * mult,
                                network=_agent_network(task, settings, session is not None),
                                logs_dir=plan.dir / "agent", model=settings.model,
-                               gateway=access, max_turns=settings.max_turns)
+                               gateway=access, max_turns=settings.max_turns,
+                               cache_dir=settings.cache_dir,
+                               agent_version=settings.agent_version)
             ctx.logs_dir.mkdir(parents=True, exist_ok=True)
             await agent.setup(ctx)
         with clock.phase("agent"):

@@ -39,6 +39,10 @@ class AgentContext:
     env: dict[str, str] = field(default_factory=dict)
     gateway: GatewayAccess | None = None
     max_turns: int | None = None
+    #: sandlot's cache folder: agents install themselves under <cache>/agents/<name>/.
+    cache_dir: Path | None = None
+    #: --agent-version, for agents that install a pinned version.
+    agent_version: str | None = None
 
 
 @dataclass

@@ -129,6 +129,11 @@ class Sandbox(Protocol):
         """
         ...
 
+    async def expose(self, local: Path, remote: str) -> None:
+        """Make a host folder visible read-only at `remote` (an agent's install, shared by
+        trials). Backends that cannot share may copy instead."""
+        ...
+
     async def upload(self, local: Path, remote: str) -> None:
         """Copy a host file or folder to `remote` (a path inside), replacing what is there."""
         ...

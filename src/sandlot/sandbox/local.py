@@ -442,6 +442,23 @@ class LocalSandbox:
         await asyncio.to_thread(self._rm, self.host_path(remote))
 
     @override
+    async def expose(self, local: Path, remote: str) -> None:
+        """A read-only bind mount in the holder's mount namespace (no copy, shared pages)."""
+        if self._holder is None or self._holder.returncode is not None:
+            raise SandboxError("sandbox is not running")
+        if not local.is_dir():
+            raise SandboxError(f"cannot expose {local}: not a folder")
+        await self.mkdir(remote)
+        target = str(self._merged) + "/" + remote.strip("/")
+        proc = await asyncio.create_subprocess_exec(
+            "nsenter", f"--mount=/proc/{self._holder.pid}/ns/mnt", "mount", "--bind", "-o",
+            "ro", str(local.resolve()), target, stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
+        _, err = await proc.communicate()
+        if proc.returncode != 0:
+            raise SandboxError(f"cannot mount {local} at {remote}: {err.decode().strip()}")
+
+    @override
     async def mkdir(self, remote: str) -> None:
         self.host_path(remote).mkdir(parents=True, exist_ok=True)
 
