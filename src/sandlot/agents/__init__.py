@@ -11,6 +11,7 @@ AGENTS: dict[str, str] = {
     "oracle": "sandlot.agents.oracle:OracleAgent",
     "nop": "sandlot.agents.nop:NopAgent",
     "builtin": "sandlot.agents.builtin:BuiltinAgent",
+    "pi": "sandlot.agents.pi:PiAgent",
 }
 
 

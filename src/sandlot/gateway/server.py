@@ -92,7 +92,10 @@ class Gateway:
             app.router.add_post(path, self._handle)
         app.router.add_get("/v1/models", self._models)
         app.router.add_get("/", self._ping)
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        # handler_cancellation: an agent that hangs up cancels its request at once, so a
+        # silent (reasoning) upstream call is cancelled too instead of running on.
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False,
+                                     handler_cancellation=True)
         await self._runner.setup()
         # A host-side listener on loopback, for agents that run in sandlot's own process
         # (the built-in agent) and for benchmarks; keys still guard it.
@@ -195,7 +198,8 @@ class Gateway:
         ctx = CallContext(session.trial, session.task, self.router.config.model)
         headers = {k.lower(): v for k, v in request.headers.items()}
         session.usage.begin()
-        usage, streamed_chars, ok = Usage(), 0, False
+        usage, ok = Usage(), False
+        progress = [0]  # live-estimate chars added so far, taken back when the call ends
         try:
             upstream = self.router.upstream(fmt.name)
             reply, attempts, errors = await self._send_with_retries(
@@ -217,15 +221,15 @@ class Gateway:
                                if k.lower() == "retry-after"}
                 return web.json_response(response_body, status=reply.status,
                                          headers=out_headers)
-            response, usage, streamed_chars, ok = await self._relay_stream(
-                request, session, fmt, reply, record, started)
+            response, usage, ok = await self._relay_stream(
+                request, session, fmt, reply, record, started, progress)
             return response
         finally:
             cost = self.prices.cost(self.router.config.model, usage) if ok else None
             record["usage"] = usage.as_dict()
             record["cost_usd"] = cost
             record.setdefault("latency_sec", round(time.monotonic() - started, 6))
-            session.usage.finish(usage, cost, streamed_chars, ok)
+            session.usage.finish(usage, cost, progress[0], ok)
             _append_jsonl(session.trajectory_path, record)
 
     async def _send_with_retries(self, upstream: Any, fmt: WireFormat, path: str,
@@ -247,15 +251,15 @@ class Gateway:
 
     async def _relay_stream(self, request: web.Request, session: TrialSession,
                             fmt: WireFormat, reply: UpstreamReply,
-                            record: dict[str, Any], started: float,
-                            ) -> tuple[web.StreamResponse, Usage, int, bool]:
+                            record: dict[str, Any], started: float, progress: list[int],
+                            ) -> tuple[web.StreamResponse, Usage, bool]:
         assert reply.stream is not None
         response = web.StreamResponse(status=200, headers={
             "content-type": "text/event-stream", "cache-control": "no-cache"})
         await response.prepare(request)
         parser, collector = SSEParser(), fmt.collector()
-        streamed_chars = 0
         ok = False
+        finished = False
         try:
             async for chunk in reply.stream:
                 if "ttft_sec" not in record:
@@ -264,8 +268,9 @@ class Gateway:
                 for event, data in parser.feed(chunk):
                     collector.add(event, data)
                     payload += len(data)
+                    finished = finished or _is_terminal(event, data)
                 # A live estimate only (JSON framing included); the final usage replaces it.
-                streamed_chars += payload // 3
+                progress[0] += payload // 3
                 session.usage.stream_progress(payload // 3)
                 await response.write(chunk)
             ok = True
@@ -276,11 +281,17 @@ class Gateway:
             if isinstance(exc, asyncio.CancelledError):
                 raise
         except Exception as exc:  # a cut or failed upstream stream
-            record["error"] = f"upstream stream failed: {type(exc).__name__}: {exc}"
             await reply.aclose()
-            # Close without the terminating chunk, as a dropped provider connection would.
-            if request.transport is not None:
-                request.transport.close()
+            if finished:
+                # The answer was complete (its terminal event went out): a failure after
+                # it, e.g. in a translation layer's cleanup, does not cut the stream.
+                record["warning"] = f"after the stream ended: {type(exc).__name__}: {exc}"
+                ok = True
+            else:
+                record["error"] = f"upstream stream failed: {type(exc).__name__}: {exc}"
+                # Close without the terminating chunk, as a dropped provider connection would.
+                if request.transport is not None:
+                    request.transport.close()
         finally:
             record["latency_sec"] = round(time.monotonic() - started, 6)
             record["response"] = collector.result()
@@ -288,7 +299,18 @@ class Gateway:
         if ok:
             with contextlib.suppress(ConnectionResetError):
                 await response.write_eof()
-        return response, usage, streamed_chars, ok
+        return response, usage, ok
+
+
+TERMINAL_EVENTS = frozenset({"message_stop", "response.completed", "response.incomplete",
+                             "response.failed"})
+
+
+def _is_terminal(event: str | None, data: str) -> bool:
+    """The last event of an answer in any of the three formats."""
+    if data.strip() == "[DONE]" or event in TERMINAL_EVENTS:
+        return True
+    return '"type":"message_stop"' in data.replace(" ", "") if event is None else False
 
 
 def _append_jsonl(path: Path, record: dict[str, Any]) -> None:

@@ -137,7 +137,8 @@ class HttpUpstream:
                  timeout_sec: float = 600.0) -> None:
         self.provider = provider
         self.model_id = model_id
-        self.base_url = base_url.rstrip("/")
+        # Request paths carry /v1 already: keep the base without it (both spellings work).
+        self.base_url = base_url.rstrip("/").removesuffix("/v1")
         self._api_key = api_key
         limits = httpx.Limits(max_connections=256, max_keepalive_connections=64)
         self._client = httpx.AsyncClient(timeout=httpx.Timeout(timeout_sec, connect=15.0),
@@ -161,7 +162,7 @@ class HttpUpstream:
             # Ask for the usage chunk so the gateway can count a stream's tokens.
             payload["stream_options"] = {**(payload.get("stream_options") or {}),
                                          "include_usage": True}
-        url = self.base_url + path.removeprefix("/v1")
+        url = self.base_url + path
         request = self._client.build_request("POST", url, json=payload,
                                              headers=self._headers(fmt, headers))
         try:
@@ -200,6 +201,9 @@ class LiteLLMUpstream:
 
     def __init__(self, model: str, api_base: str | None, api_key: str | None) -> None:
         self.model = model
+        # LiteLLM's Anthropic client appends /v1/messages itself; others expect .../v1.
+        if api_base and model.startswith("anthropic/"):
+            api_base = api_base.rstrip("/").removesuffix("/v1")
         self.api_base = api_base
         self._api_key = api_key
 

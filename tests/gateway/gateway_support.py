@@ -1,0 +1,82 @@
+"""Helpers shared by the gateway tests (imported by name; conftest.py holds the fixtures)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import openai
+
+from sandlot.gateway.routing import RouteConfig, Router
+from sandlot.gateway.server import Gateway, RetryPolicy, TrialSession
+
+SCRIPTS = Path(__file__).resolve().parent / "scripts"
+#: A retry policy that never waits long: tests stay fast whatever the fault.
+FAST_RETRY = RetryPolicy(max_retries=3, backoff_base_sec=0.01, backoff_max_sec=0.05)
+TOKEN_FIELDS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens",
+                "reasoning_tokens", "total_tokens")
+
+BASH_TOOL = {"type": "function", "function": {
+    "name": "bash", "description": "Run a shell command.",
+    "parameters": {"type": "object", "properties": {"command": {"type": "string"}},
+                   "required": ["command"]}}}
+
+
+@contextlib.asynccontextmanager
+async def running_gateway(model: str = "scripted/gw-tools", *, retry: RetryPolicy | None = None,
+                          per_trial_concurrency: int = 8, **route: Any,
+                          ) -> AsyncIterator[Gateway]:
+    """A started Gateway routed to `model` (test scripts first), stopped afterwards."""
+    route.setdefault("scripts_dirs", (SCRIPTS,))
+    gateway = Gateway(Router(RouteConfig(model, **route)), retry=retry or FAST_RETRY,
+                      per_trial_concurrency=per_trial_concurrency)
+    await gateway.start()
+    try:
+        yield gateway
+    finally:
+        await gateway.stop()
+
+
+def oai(gw: Gateway, key: str) -> openai.AsyncOpenAI:
+    """The official OpenAI client pointed at the gateway (no client-side retries)."""
+    return openai.AsyncOpenAI(base_url=gw.host_base_url + "/v1", api_key=key, max_retries=0)
+
+
+def ant(gw: Gateway, key: str) -> anthropic.AsyncAnthropic:
+    """The official Anthropic client pointed at the gateway (no client-side retries)."""
+    return anthropic.AsyncAnthropic(base_url=gw.host_base_url, api_key=key, max_retries=0)
+
+
+def records(session: TrialSession | Path) -> list[dict[str, Any]]:
+    """The exchanges recorded in a trial's llm_trajectory.jsonl, in order."""
+    path = session if isinstance(session, Path) else session.trajectory_path
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def usage_sum(recs: list[dict[str, Any]]) -> dict[str, Any]:
+    """What a trial's usage must be: the trajectory's per-exchange usage summed."""
+    out: dict[str, Any] = {k: sum(int(r["usage"][k]) for r in recs) for k in TOKEN_FIELDS}
+    costs = [r["cost_usd"] for r in recs if r.get("cost_usd") is not None]
+    out["cost_usd"] = round(sum(costs), 8) if costs else None
+    out["n_requests"] = len(recs)
+    return out
+
+
+def files_containing(root: Path, needle: str) -> list[Path]:
+    """Every regular file under `root` whose bytes contain `needle`."""
+    data = needle.encode()
+    hits = []
+    for path in root.rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            try:
+                if data in path.read_bytes():
+                    hits.append(path)
+            except OSError:
+                continue
+    return hits
