@@ -126,7 +126,7 @@ def run(
     """Run every task with an agent; resume a job by running it again with its --job-name."""
     from sandlot.agents import UnknownAgentError, create_agent
     from sandlot.errors import SandboxError
-    from sandlot.job import ConfigMismatchError, run_job
+    from sandlot.job import ConfigMismatchError, JobSetupError, run_job
     from sandlot.models import JobConfig
     from sandlot.report.table import end_of_run
     from sandlot.sandbox import create_backend
@@ -188,7 +188,7 @@ def run(
                    cache_dir=cache)
     try:
         summary = _run_cancellable(coro)
-    except ConfigMismatchError as exc:
+    except (ConfigMismatchError, JobSetupError) as exc:
         raise _fail(console, str(exc)) from exc
     except KeyboardInterrupt:
         console.print("[yellow]interrupted[/]: running sandboxes were torn down; the partial "

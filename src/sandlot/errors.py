@@ -43,11 +43,14 @@ AGENT_FAULT_KINDS: frozenset[ErrorKind] = frozenset(
 class TrialError(Exception):
     """Raised inside a trial phase; the trial turns it into result.json's `error`."""
 
-    def __init__(self, kind: ErrorKind, message: str, phase: str | None = None) -> None:
+    def __init__(self, kind: ErrorKind, message: str, phase: str | None = None,
+                 details: dict[str, object] | None = None) -> None:
         super().__init__(message)
         self.kind = kind
         self.message = message
         self.phase = phase
+        #: What the agent had done when it failed (turns, tool calls, usage it reported).
+        self.details = details or {}
 
 
 class SandboxError(Exception):

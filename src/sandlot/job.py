@@ -21,6 +21,7 @@ from pydantic import ValidationError
 from sandlot.agents import create_agent
 from sandlot.errors import RETRYABLE_KINDS, ErrorKind
 from sandlot.fsutil import write_model
+from sandlot.live import TrialLive
 from sandlot.models import RESUMABLE_SETTINGS, JobConfig, JobSummary, TrialResult
 from sandlot.report.summary import summarize
 from sandlot.sandbox.base import SandboxBackend
@@ -35,10 +36,14 @@ class ConfigMismatchError(Exception):
     """A resumed job was asked to measure something else than it did before."""
 
 
+class JobSetupError(Exception):
+    """Something every trial needs could not be prepared (e.g. the agent's install)."""
+
+
 class JobObserver(Protocol):
     """Receives job events (the CLI prints them; the dashboard issue renders them)."""
 
-    def trial_started(self, plan: TrialPlan, try_number: int) -> None: ...
+    def trial_started(self, plan: TrialPlan, try_number: int, live: TrialLive) -> None: ...
 
     def trial_retrying(self, plan: TrialPlan, result: TrialResult, delay_sec: float) -> None: ...
 
@@ -46,7 +51,7 @@ class JobObserver(Protocol):
 
 
 class SilentObserver:
-    def trial_started(self, plan: TrialPlan, try_number: int) -> None:
+    def trial_started(self, plan: TrialPlan, try_number: int, live: TrialLive) -> None:
         pass
 
     def trial_retrying(self, plan: TrialPlan, result: TrialResult, delay_sec: float) -> None:
@@ -158,6 +163,8 @@ async def run_job(config: JobConfig, tasks: list[Task], backend: SandboxBackend,
     Raises: ConfigMismatchError before anything starts if a resumed job's settings differ.
     """
     observer = observer or SilentObserver()
+    # Before the job folder exists: a failed install leaves nothing to resume or refuse.
+    await _prepare_agent(config, cache_dir)
     root = prepare_job_dir(config)
     for leftover in root.glob(".*.tmp"):
         shutil.rmtree(leftover, ignore_errors=True)
@@ -188,9 +195,10 @@ async def run_job(config: JobConfig, tasks: list[Task], backend: SandboxBackend,
     async def one(plan: TrialPlan) -> None:
         async with slots:
             for try_number in range(1, config.max_retries + 2):
-                observer.trial_started(plan, try_number)
+                live = TrialLive(plan.name, plan.task.name, plan.attempt, try_number)
+                observer.trial_started(plan, try_number, live)
                 agent = create_agent(config.agent, config.model)
-                result = await run_trial(plan, settings, backend, agent, verifier)
+                result = await run_trial(plan, settings, backend, agent, verifier, live)
                 result.tries = try_number
                 retry = (result.error is not None and result.error.kind in RETRYABLE_KINDS
                          and try_number <= config.max_retries)
@@ -219,6 +227,18 @@ async def run_job(config: JobConfig, tasks: list[Task], backend: SandboxBackend,
         if gateway is not None and pending:
             await asyncio.shield(gateway.stop())
     return run.write_summary(complete=True)
+
+
+async def _prepare_agent(config: JobConfig, cache_dir: Path | None) -> None:
+    """Run the agent's once-per-job preparation; one clear error instead of N failed trials."""
+    agent = create_agent(config.agent, config.model)
+    prepare = getattr(agent, "prepare", None)
+    if prepare is None or cache_dir is None:
+        return
+    try:
+        await prepare(cache_dir, config.agent_version)
+    except Exception as exc:  # an install failure of any kind stops the job up front
+        raise JobSetupError(f"cannot prepare agent {config.agent!r}: {exc}") from exc
 
 
 def _record_cancelled(run: JobRun) -> None:

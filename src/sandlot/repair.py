@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,7 +43,9 @@ def _generation(outcome: AgentOutcome, seconds: float) -> dict[str, object]:
 
 async def run_with_repairs(agent: ConversationalAgent, ctx: AgentContext, first: AgentOutcome,
                            first_sec: float, verifier: Verifier, out_dir: Path,
-                           settings: RepairSettings) -> list[dict[str, object]]:
+                           settings: RepairSettings,
+                           on_phase: Callable[[str], None] | None = None,
+                           ) -> list[dict[str, object]]:
     """Run feedback rounds after the first generation; returns one record per attempt.
 
     The agent's time budget (ctx.timeout_sec) covers all its generations together.
@@ -52,8 +55,11 @@ async def run_with_repairs(agent: ConversationalAgent, ctx: AgentContext, first:
         first, first_sec), "evaluation": None, "feedback": None}]
     spent = first_sec
     secret = [ctx.task.tests_dir, ctx.task.solution_dir]
+    total = settings.max_repairs + 1
     for number in range(2, settings.max_repairs + 2):
         record = attempts[-1]
+        if on_phase:
+            on_phase(f"checking {number - 1}/{total}…")
         try:
             verdict = await verifier.verify(ctx.sandbox, ctx.task,
                                             out_dir / f"attempt-{number - 1}",
@@ -74,6 +80,8 @@ async def run_with_repairs(agent: ConversationalAgent, ctx: AgentContext, first:
         attempts.append({"attempt": number, "generation": None, "evaluation": None,
                          "feedback": message})
         started = time.monotonic()
+        if on_phase:
+            on_phase(f"repair {number}/{total}…")
         try:
             outcome = await agent.follow_up(dataclasses.replace(ctx, timeout_sec=remaining),
                                             message)
@@ -93,7 +101,7 @@ class RepairFailed(TrialError):
     """A follow-up failed; carries the attempts so far so the trial can record them."""
 
     def __init__(self, cause: TrialError, attempts: list[dict[str, object]]) -> None:
-        super().__init__(cause.kind, cause.message, cause.phase or "agent")
+        super().__init__(cause.kind, cause.message, cause.phase or "agent", cause.details)
         self.attempts = attempts
 
 

@@ -16,6 +16,7 @@ from typing import Any
 from sandlot.agents.base import Agent, AgentContext, GatewayAccess, is_conversational
 from sandlot.errors import AGENT_FAULT_KINDS, ErrorKind, SandboxError, TrialError
 from sandlot.fsutil import write_atomic, write_model
+from sandlot.live import TrialLive
 from sandlot.models import ErrorInfo, TrialResult, utc_now
 from sandlot.repair import RepairFailed, RepairSettings, feedback_template, run_with_repairs
 from sandlot.sandbox.base import EnvironmentRequest, Network, Sandbox, SandboxBackend, SandboxSpec
@@ -108,12 +109,14 @@ async def _open_gateway(settings: TrialSettings, plan: TrialPlan, sandbox: Sandb
 
 
 async def run_trial(plan: TrialPlan, settings: TrialSettings, backend: SandboxBackend,
-                    agent: Agent, verifier: Verifier) -> TrialResult:
+                    agent: Agent, verifier: Verifier,
+                    live: TrialLive | None = None) -> TrialResult:
     """Run one trial to a TrialResult written to `plan.dir/result.json`.
 
     Raises: asyncio.CancelledError only (after recording the trial as cancelled).
     """
     task = plan.task
+    live = live or TrialLive(plan.name, task.name, plan.attempt)
     plan.dir.mkdir(parents=True, exist_ok=True)
     clock = _PhaseClock(plan.dir / "trial.log")
     result = TrialResult(trial_name=plan.name, task=task.name, attempt=plan.attempt,
@@ -132,6 +135,7 @@ async def run_trial(plan: TrialPlan, settings: TrialSettings, backend: SandboxBa
 
     try:
         with clock.phase("setup"):
+            live.set_phase("creating sandbox…")
             spec = SandboxSpec(name=plan.name, workdir=task.workdir, env=task.env,
                                memory_mb=task.config.environment.memory_mb,
                                cpus=task.config.environment.cpus, pids_max=settings.pids_max,
@@ -149,6 +153,7 @@ async def run_trial(plan: TrialPlan, settings: TrialSettings, backend: SandboxBa
             session = await _open_gateway(settings, plan, sandbox, agent)
             access = None
             if session is not None:
+                live.gateway_usage = session.usage
                 gw = settings.gateway
                 access = GatewayAccess(
                     sandbox_base_url=(f"http://127.0.0.1:{session.sandbox_port}"
@@ -161,10 +166,12 @@ async def run_trial(plan: TrialPlan, settings: TrialSettings, backend: SandboxBa
                                logs_dir=plan.dir / "agent", model=settings.model,
                                gateway=access, max_turns=settings.max_turns,
                                cache_dir=settings.cache_dir,
-                               agent_version=settings.agent_version)
+                               agent_version=settings.agent_version, live=live.agent)
             ctx.logs_dir.mkdir(parents=True, exist_ok=True)
+            live.set_phase("installing agent…")
             await agent.setup(ctx)
         with clock.phase("agent"):
+            live.set_phase("agent")
             try:
                 first_started = time.monotonic()
                 outcome = await agent.run(ctx)
@@ -179,7 +186,7 @@ async def run_trial(plan: TrialPlan, settings: TrialSettings, backend: SandboxBa
                     try:
                         result.attempts = await run_with_repairs(
                             agent, ctx, outcome, time.monotonic() - first_started, verifier,
-                            plan.dir / "repairs", repair)
+                            plan.dir / "repairs", repair, on_phase=live.set_phase)
                     except RepairFailed as exc:
                         result.attempts = exc.attempts
                         raise
@@ -188,6 +195,7 @@ async def run_trial(plan: TrialPlan, settings: TrialSettings, backend: SandboxBa
                         f"not supported by agent {settings.agent_name!r}")
             except TrialError as exc:
                 exc.phase = exc.phase or "agent"
+                result.agent_info.update(exc.details)
                 if exc.kind not in VERIFY_AFTER:
                     raise
                 record(exc)
@@ -202,6 +210,7 @@ async def run_trial(plan: TrialPlan, settings: TrialSettings, backend: SandboxBa
                 if session is not None:
                     await settings.gateway.close_trial(session)
         with clock.phase("verify"):
+            live.set_phase("verifying…")
             try:
                 verdict = await verifier.verify(
                     sandbox, task, plan.dir / "verifier",
@@ -230,6 +239,7 @@ async def run_trial(plan: TrialPlan, settings: TrialSettings, backend: SandboxBa
                 await settings.gateway.close_trial(session)
             result.usage = session.usage.totals.as_dict()
         if sandbox is not None:
+            live.set_phase("cleaning up…")
             with clock.phase("cleanup"):
                 await _stop_shielded(sandbox, clock)
         result.timing = {**clock.timing, "total": round(time.monotonic() - started, 4)}

@@ -43,6 +43,8 @@ class AgentContext:
     cache_dir: Path | None = None
     #: --agent-version, for agents that install a pinned version.
     agent_version: str | None = None
+    #: Live counters the agent updates as it works (sandlot.live.AgentLive), for displays.
+    live: Any = None
 
 
 @dataclass
@@ -72,6 +74,12 @@ class Agent(Protocol):
     async def setup(self, ctx: AgentContext) -> None: ...
 
     async def run(self, ctx: AgentContext) -> AgentOutcome: ...
+
+
+class PreparedAgent(Agent, Protocol):
+    """An agent with host-side work to do once per job (an install), before any trial."""
+
+    async def prepare(self, cache_dir: Path, version: str | None) -> None: ...
 
 
 class ConversationalAgent(Agent, Protocol):

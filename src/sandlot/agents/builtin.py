@@ -144,6 +144,8 @@ class BuiltinAgent:
     async def _tool(self, ctx: AgentContext, state: _LoopState, call: dict[str, Any]) -> str:
         fn = call.get("function") or {}
         name = fn.get("name", "")
+        if ctx.live is not None:
+            ctx.live.tool_started(name)
         state.tool_calls += 1
         state.tools_used.add(name)
         started = time.monotonic()

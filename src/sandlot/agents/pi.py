@@ -38,6 +38,8 @@ CLI = f"{INSTALL_MOUNT}/node_modules/{PACKAGE}/dist/cli.js"
 CONFIG_DIR = "/tmp/sandlot-pi-agent"
 PROVIDER = "sandlot"
 TOOLS = "read,bash,edit,write"
+#: Pi's start (node loading its bundle) until it answers the first command.
+STARTUP_TIMEOUT_SEC = 60.0
 #: Bounded waits when stopping Pi: for an abort to settle, then per stop step.
 ABORT_WAIT_SEC = 5.0
 STOP_STEP_SEC = 3.0
@@ -99,6 +101,13 @@ class PiAgent:
         self._trace_written = 0.0
 
     # -- setup -----------------------------------------------------------------------------
+
+    async def prepare(self, cache_dir: Path, version: str | None) -> None:
+        """Once per job, before any trial: install now so a missing npm fails once, fast.
+
+        Raises: AgentInstallError saying what to install or what npm said.
+        """
+        await install_npm_package(cache_dir, "pi", PACKAGE, version or DEFAULT_VERSION)
 
     @override
     async def setup(self, ctx: AgentContext) -> None:
@@ -166,6 +175,8 @@ class PiAgent:
 
     async def _start(self, ctx: AgentContext) -> None:
         assert ctx.gateway is not None
+        if self._rpc is not None:  # run() again: never two Pi processes for one agent
+            await self.close(ctx)
         ctx.logs_dir.mkdir(parents=True, exist_ok=True)
         env = {**ctx.env, "PI_CODING_AGENT_DIR": CONFIG_DIR, "PI_OFFLINE": "1",
                "PI_TELEMETRY": "0", "PI_SKIP_VERSION_CHECK": "1"}
@@ -173,11 +184,12 @@ class PiAgent:
             pi_command(ctx.gateway.model), env=env, cwd=ctx.task.workdir, network=ctx.network)
         self._rpc = PiRpc(self._process, events_path=ctx.logs_dir / "pi_events.jsonl",
                           on_progress=self.on_progress,
-                          on_change=lambda: self._write_trace(ctx))
+                          on_change=lambda: self._write_trace(ctx),
+                          on_event=lambda event, trace: self._live(ctx, event, trace))
         self._last_rpc = self._rpc
         self._rpc.start()
         try:
-            await self._rpc.configure()
+            await self._rpc.configure(STARTUP_TIMEOUT_SEC)
         except PiRpcError as exc:
             raise await self._died(ctx, exc) from None
 
@@ -188,7 +200,7 @@ class PiAgent:
         self._traces.append(trace)
         try:
             async with asyncio.timeout(ctx.timeout_sec):
-                await rpc.prompt(trace)
+                await rpc.prompt(trace, ctx.max_turns)
         except TimeoutError:
             trace.finish("timeout")
             await self._stop_now(ctx, trace)
@@ -196,7 +208,7 @@ class PiAgent:
                 ErrorKind.AGENT_TIMEOUT,
                 f"Pi did not finish within {ctx.timeout_sec:g}s ({len(trace.turns)} model "
                 f"turns, {trace.tool_calls_started} tool calls; see agent/pi_trace.json)",
-                "agent") from None
+                "agent", details=self._metadata(trace)) from None
         except asyncio.CancelledError:
             trace.finish("cancelled")
             stopping = asyncio.ensure_future(self._stop_now(ctx, trace))
@@ -214,9 +226,24 @@ class PiAgent:
         if trace.done_reason == "error":
             raise TrialError(ErrorKind.AGENT_ERROR,
                              f"Pi stopped on an error: {trace.error_message or 'unknown'}",
-                             "agent")
+                             "agent", details=self._metadata(trace))
         return AgentOutcome(exit_code=0, duration_sec=(trace.ended or time.monotonic())
                             - trace.started, metadata=self._metadata(trace))
+
+    def _live(self, ctx: AgentContext, event: dict[str, Any], trace: PromptTrace) -> None:
+        """Feed the display's counters (O(1) reads) from Pi's events as they come."""
+        live = ctx.live
+        if live is None:
+            return
+        kind = event.get("type")
+        if kind == "tool_execution_start":
+            live.tool_started(str(event.get("toolName") or "tool"))
+        elif kind == "message_update":
+            live.chunk()
+        elif kind == "message_end":
+            earlier = sum(t.self_reported_usage.as_dict()["total_tokens"]
+                          for t in self._traces if t is not trace)
+            live.tokens_reported(earlier + trace.self_reported_usage.as_dict()["total_tokens"])
 
     def _metadata(self, trace: PromptTrace) -> dict[str, object]:
         return {**trace.metadata(), "agent_version": self.installed_version or self.version}

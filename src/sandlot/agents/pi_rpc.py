@@ -177,7 +177,8 @@ class PromptTrace:
     tools: list[ToolRecord] = field(default_factory=list)
     tool_calls_started: int = 0
     error_message: str | None = None
-    #: "timeout" or "cancelled" when sandlot stopped the prompt; else from the last turn.
+    #: "timeout", "cancelled" or "max_turns" when sandlot stopped the prompt; else the
+    #: last turn's reason.
     forced_reason: str | None = None
     agent_runs: int = 0
     compactions: int = 0
@@ -421,10 +422,13 @@ class PiRpc:
 
     def __init__(self, process: SandboxProcess, *, events_path: Path | None = None,
                  on_progress: ProgressCallback | None = None,
-                 on_change: Callable[[], None] | None = None) -> None:
+                 on_change: Callable[[], None] | None = None,
+                 on_event: Callable[[dict[str, Any], PromptTrace], None] | None = None,
+                 ) -> None:
         self.process = process
         self.on_progress = on_progress
         self.on_change = on_change
+        self.on_event = on_event
         self._pending: dict[str, asyncio.Future[dict[str, Any]]] = {}
         self._events: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
         self._ids = itertools.count(1)
@@ -554,16 +558,21 @@ class PiRpc:
 
     # -- conversation ----------------------------------------------------------------------
 
-    async def configure(self) -> None:
-        """Once after start: no auto-retry (see the module docstring); a first stats base."""
-        await self.request("set_auto_retry", enabled=False)
+    async def configure(self, startup_sec: float = 60.0) -> None:
+        """Once after start: no auto-retry (see the module docstring); a first stats base.
+        The first answer may take `startup_sec` (node loading Pi)."""
+        await self.request("set_auto_retry", enabled=False, timeout_sec=startup_sec)
         stats = await self.request("get_session_stats")
         self._session_before = Usage.from_pi(stats.get("tokens"))
 
-    async def prompt(self, trace: PromptTrace) -> None:
-        """Send `trace.message` as a user prompt; return once Pi is settled."""
+    async def prompt(self, trace: PromptTrace, max_turns: int | None = None) -> None:
+        """Send `trace.message` as a user prompt; return once Pi is settled.
+
+        With `max_turns`, the run is aborted once that many model answers asked for
+        tools (done reason "max_turns"); Pi has no such limit of its own.
+        """
         await self.request("prompt", message=trace.message)
-        await self._until_settled(trace)
+        await self._until_settled(trace, max_turns)
 
     async def reconcile(self, trace: PromptTrace) -> None:
         """Fold Pi's session stats and last text into the trace (bounded, best effort)."""
@@ -604,6 +613,9 @@ class PiRpc:
 
     def _handle(self, trace: PromptTrace, event: dict[str, Any]) -> None:
         streamed = trace.handle(event)
+        if self.on_event is not None:
+            with contextlib.suppress(Exception):
+                self.on_event(event, trace)
         if streamed is not None and self.on_progress is not None:
             with contextlib.suppress(Exception):
                 self.on_progress(*streamed)
@@ -621,9 +633,15 @@ class PiRpc:
                 return
             self._handle(trace, event)
 
-    async def _until_settled(self, trace: PromptTrace) -> None:
+    async def _until_settled(self, trace: PromptTrace, max_turns: int | None = None) -> None:
         while True:
-            self._handle(trace, await self._next_event())
+            event = await self._next_event()
+            self._handle(trace, event)
+            if (max_turns is not None and trace.forced_reason is None
+                    and event.get("type") == "message_end" and len(trace.turns) >= max_turns
+                    and trace.turns[-1].stop_reason == "toolUse"):
+                trace.forced_reason = "max_turns"
+                await self.send({"type": "abort"})
             if trace.looks_idle and await self._confirm_idle(trace):
                 return
 

@@ -31,7 +31,7 @@ class LinePrinter:
         self.console = console
         self.quiet = quiet
 
-    def trial_started(self, plan: TrialPlan, try_number: int) -> None:
+    def trial_started(self, plan: TrialPlan, try_number: int, live: object = None) -> None:
         if not self.quiet:
             again = f" (try {try_number})" if try_number > 1 else ""
             self.console.print(f"[dim]… started {escape(plan.name)}{again}[/]")
