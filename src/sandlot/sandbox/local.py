@@ -36,12 +36,42 @@ REQUIRED_TOOLS = ("bwrap", "unshare", "nsenter", "mount")
 INSTALL_HINT = "install it with: apt-get install -y bubblewrap slirp4netns util-linux"
 
 
-def _mask_layer(root: Path, masks: list[Path]) -> None:
-    """Opaque empty dirs: an overlay layer that hides what is below them."""
+#: Top-level folders of the host a sandbox keeps: the system an image would have. Every
+#: other top-level entry (/work, /home, /root, /srv, /mnt, project folders...) is hidden.
+SYSTEM_TOP_LEVEL = frozenset({"bin", "dev", "etc", "lib", "lib32", "lib64", "libx32", "opt",
+                              "proc", "sbin", "sys", "usr", "var"})
+#: Host files that hold secrets even inside the kept system folders: hidden as empty files.
+SECRET_FILES = ("/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-",
+                "/etc/ssh/ssh_host_*key", "/etc/ssh/ssh_host_*_key", "/etc/sudoers",
+                "/etc/machine-id")
+SECRET_DIRS = ("/var/log", "/var/backups", "/var/mail", "/var/spool", "/etc/sudoers.d",
+               "/etc/ssl/private")
+
+
+def host_paths_to_hide() -> tuple[list[Path], list[Path]]:
+    """(folders, files) of the host that no sandbox may see."""
+    folders = [Path(p) for p in (*DEFAULT_MASKS, *SECRET_DIRS) if Path(p).exists()]
+    files: list[Path] = []
+    for entry in Path("/").iterdir():
+        if entry.name in SYSTEM_TOP_LEVEL or entry.is_symlink():
+            continue
+        (folders if entry.is_dir() else files).append(entry)
+    for pattern in SECRET_FILES:
+        files += [p for p in Path("/").glob(pattern.lstrip("/")) if p.is_file()]
+    return sorted(set(folders)), sorted(set(files))
+
+
+def _mask_layer(root: Path, masks: list[Path], files: list[Path] = ()) -> None:  # type: ignore[assignment]
+    """Opaque empty dirs and empty files: an overlay layer that hides what is below."""
     for host_path in masks:
         target = root / str(host_path).lstrip("/")
         target.mkdir(parents=True, exist_ok=True)
         os.setxattr(target, "trusted.overlay.opaque", b"y")
+    for host_file in files:
+        target = root / str(host_file).lstrip("/")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if not target.exists():
+            target.touch(mode=0o600)
 
 
 async def _feed(pipe: asyncio.StreamWriter | None, data: bytes | None) -> None:
@@ -152,14 +182,15 @@ class LocalSandbox:
         if len(self.spec.layers) > 1:
             raise SandboxError("the local sandbox stacks at most one cached layer")
         layer = self.spec.layers[0] if self.spec.layers else None
-        hide = [Path(p) for p in DEFAULT_MASKS if Path(p).exists()]
+        hide, hide_files = host_paths_to_hide()
         hide += [p.resolve() for p in self.spec.masked_paths if p.exists()]
         # Masks apply even above the workdir (e.g. WORKDIR /tmp/work): the workdir is
         # created afterwards inside the opaque, empty folder.
-        hide = [p for p in hide if p != Path("/")
-                and not (layer is not None and (layer / str(p).lstrip("/")).exists())]
+        in_layer = (lambda p: layer is not None and (layer / str(p).lstrip("/")).exists())
+        hide = [p for p in hide if p != Path("/") and not in_layer(p)]
+        hide_files = [p for p in hide_files if not in_layer(p)]
         try:
-            _mask_layer(self._upper, hide)
+            _mask_layer(self._upper, hide, hide_files)
         except OSError as exc:
             raise SandboxError(f"cannot hide host paths in {self._upper}: {exc}") from exc
         lower = "/"
