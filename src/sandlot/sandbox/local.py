@@ -186,7 +186,9 @@ class LocalSandbox:
         hide += [p.resolve() for p in self.spec.masked_paths if p.exists()]
         # Masks apply even above the workdir (e.g. WORKDIR /tmp/work): the workdir is
         # created afterwards inside the opaque, empty folder.
-        in_layer = (lambda p: layer is not None and (layer / str(p).lstrip("/")).exists())
+        def in_layer(path: Path) -> bool:
+            return layer is not None and (layer / str(path).lstrip("/")).exists()
+
         hide = [p for p in hide if p != Path("/") and not in_layer(p)]
         hide_files = [p for p in hide_files if not in_layer(p)]
         try:
