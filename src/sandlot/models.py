@@ -101,6 +101,8 @@ class TrialResult(BaseModel):
         default_factory=list,
         description="Repair attempts: each generation, its feedback evaluation, the feedback.")
     repaired: bool = Field(default=False, description="Passed after at least one repair.")
+    integrity: dict[str, object] | None = Field(
+        default=None, description="Hooks the agent planted for the verifier, neutralised.")
     counted_attempt: int | None = Field(
         default=None, description="The attempt whose final state the reward scores.")
 

@@ -16,6 +16,7 @@ from typing import Any
 from sandlot.agents.base import Agent, AgentContext, GatewayAccess, is_conversational
 from sandlot.errors import AGENT_FAULT_KINDS, ErrorKind, SandboxError, TrialError
 from sandlot.fsutil import write_atomic, write_model
+from sandlot.integrity import neutralize_planted_hooks
 from sandlot.live import TrialLive
 from sandlot.models import ErrorInfo, TrialResult, utc_now
 from sandlot.repair import RepairFailed, RepairSettings, feedback_template, run_with_repairs
@@ -212,6 +213,11 @@ async def run_trial(plan: TrialPlan, settings: TrialSettings, backend: SandboxBa
         with clock.phase("verify"):
             live.set_phase("verifying…")
             try:
+                neutralized = await neutralize_planted_hooks(sandbox, task.workdir)
+                if neutralized:
+                    result.integrity = {"neutralized": neutralized}
+                    clock.log(f"neutralized {len(neutralized)} planted hook(s) before "
+                              "verification")
                 verdict = await verifier.verify(
                     sandbox, task, plan.dir / "verifier",
                     task.config.verifier.timeout_sec * mult)

@@ -129,6 +129,16 @@ class Sandbox(Protocol):
         """
         ...
 
+    async def changes(self) -> list[Any] | None:
+        """Files the trial added, modified or deleted outside what sandlot itself set up
+        (sandlot.sandbox.changes.Change), or None if the backend cannot tell."""
+        ...
+
+    async def restore(self, remote: str) -> None:
+        """Put back the environment's own version of `remote` (or remove it if the trial
+        added it): how planted hooks are neutralised before verification."""
+        ...
+
     async def expose(self, local: Path, remote: str) -> None:
         """Make a host folder visible read-only at `remote` (an agent's install, shared by
         trials). Backends that cannot share may copy instead."""

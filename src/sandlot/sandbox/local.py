@@ -22,6 +22,7 @@ from typing_extensions import override
 from sandlot.errors import SandboxError
 from sandlot.sandbox.base import DEFAULT_PATH, ExecResult, Network, SandboxSpec
 from sandlot.sandbox.cgroups import CgroupLimits
+from sandlot.sandbox.changes import Change, walk_upper
 from sandlot.sandbox.procutil import child_setup, read_capped
 
 #: Host paths every sandbox sees as empty folders: no host secrets, no host HOME.
@@ -191,6 +192,8 @@ class LocalSandbox:
 
         hide = [p for p in hide if p != Path("/") and not in_layer(p)]
         hide_files = [p for p in hide_files if not in_layer(p)]
+        self._setup_paths = {str(p) for p in hide} | {str(p) for p in hide_files}
+        self._layer = layer
         try:
             _mask_layer(self._upper, hide, hide_files)
         except OSError as exc:
@@ -473,6 +476,26 @@ class LocalSandbox:
     @override
     async def remove(self, remote: str) -> None:
         await asyncio.to_thread(self._rm, self.host_path(remote))
+
+    def _bases(self) -> list[Path]:
+        layer = getattr(self, "_layer", None)
+        return [layer, Path("/")] if layer is not None else [Path("/")]
+
+    @override
+    async def changes(self) -> list[Change] | None:
+        ignore = set(getattr(self, "_setup_paths", set())) | {"/etc/resolv.conf"}
+        return await asyncio.to_thread(walk_upper, self._upper, self._bases(), ignore)
+
+    @override
+    async def restore(self, remote: str) -> None:
+        """Copy the base's version over the trial's (through the merged view), or delete."""
+        target = self.host_path(remote)
+        for base in self._bases():
+            original = base / remote.lstrip("/")
+            if os.path.lexists(original):
+                await asyncio.to_thread(self._copy, original, target)
+                return
+        await self.remove(remote)
 
     @override
     async def expose(self, local: Path, remote: str) -> None:

@@ -1,0 +1,101 @@
+"""Shield the verifier from hooks an agent planted for it (reward hacking).
+
+Before the scoring run, the trial lists what the agent changed outside its workdir and
+puts back the environment's own version of anything that would run inside the verifier
+instead of the agent's work: Python start-up hooks (sitecustomize.py, usercustomize.py,
+.pth files with code), pytest configuration above /tests (where pytest looks for its
+rootdir and conftest.py), and commands on PATH that shadow or replace the system's. What
+was neutralised is recorded in result.json; docs/security.md says what a task author must
+still guard (the workdir itself is the agent's work and is never touched).
+"""
+
+from __future__ import annotations
+
+import posixpath
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+PY_HOOKS = frozenset({"sitecustomize.py", "usercustomize.py"})
+#: Files pytest reads from the ancestors of its arguments (/tests -> /).
+PYTEST_FILES = frozenset({"conftest.py", "pytest.ini", ".pytest.ini", "tox.ini", "setup.cfg",
+                          "pyproject.toml"})
+PATH_DIRS = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
+TESTS_ANCESTORS = ("/", "/tests")
+
+
+@dataclass(frozen=True)
+class Finding:
+    path: str
+    reason: str
+
+
+def _inside(path: str, folder: str) -> bool:
+    folder = folder.rstrip("/") or "/"
+    return path == folder or path.startswith(folder + "/")
+
+
+def find_planted_hooks(changes: list[Any], workdir: str,
+                       read_text: Any = None) -> list[Finding]:
+    """Changes (sandlot.sandbox.changes.Change) that would run inside the verifier.
+
+    `read_text(path) -> str | None` lets .pth files be inspected (only those with an
+    `import` line execute code); without it every changed .pth outside the workdir counts.
+    """
+    found: list[Finding] = []
+    changed = {c.path: c.kind for c in changes}
+    for path, kind in changed.items():
+        if kind == "deleted" or _inside(path, workdir):
+            continue
+        folder, name = posixpath.split(path)
+        if name in PY_HOOKS:
+            found.append(Finding(path, "Python start-up hook"))
+        elif name.endswith(".pth") and _executes(path, read_text):
+            found.append(Finding(path, "Python .pth file that runs code"))
+        elif name in PYTEST_FILES and folder in TESTS_ANCESTORS:
+            found.append(Finding(path, "pytest configuration above /tests"))
+        elif folder in PATH_DIRS:
+            later = PATH_DIRS[PATH_DIRS.index(folder) + 1:]
+            if kind == "modified":
+                found.append(Finding(path, "replaced a system command"))
+            elif any(changed.get(f"{d}/{name}") != "added" and _base_has(d, name, read_text)
+                     for d in later):
+                found.append(Finding(path, "PATH shim shadowing a system command"))
+    return sorted(found, key=lambda f: f.path)
+
+
+def _executes(path: str, read_text: Any) -> bool:
+    if read_text is None:
+        return True
+    text = read_text(path)
+    if text is None:
+        return True
+    return any(line.lstrip().startswith(("import ", "import\t")) for line in text.splitlines())
+
+
+def _base_has(folder: str, name: str, read_text: Any) -> bool:
+    """Whether the environment itself has `folder/name` (checked on the host's view)."""
+    return Path(folder, name).exists() or Path(folder, name).is_symlink()
+
+
+async def neutralize_planted_hooks(sandbox: Any, workdir: str) -> list[dict[str, str]]:
+    """Find and undo planted hooks in `sandbox`; returns what was done (for result.json)."""
+    changes = await sandbox.changes()
+    if not changes:
+        return []
+    host_path = getattr(sandbox, "host_path", None)
+
+    def read_text(path: str) -> str | None:
+        if host_path is None:
+            return None
+        try:
+            return Path(host_path(path)).read_text(errors="replace")[:100_000]
+        except OSError:
+            return None
+
+    done = []
+    for finding in find_planted_hooks(changes, workdir, read_text):
+        await sandbox.restore(finding.path)
+        done.append({"path": finding.path, "reason": finding.reason,
+                     "action": "restored to the environment's version or removed"})
+    return done
