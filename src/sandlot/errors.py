@@ -17,6 +17,9 @@ class ErrorKind(StrEnum):
     BUILD_TIMEOUT = "build_timeout"
     AGENT_TIMEOUT = "agent_timeout"
     AGENT_ERROR = "agent_error"
+    #: The agent never completed its start-up handshake (ACP initialize / session/new):
+    #: it never saw the task, so there is nothing of its work to score.
+    AGENT_HANDSHAKE_TIMEOUT = "agent_handshake_timeout"
     VERIFIER_TIMEOUT = "verifier_timeout"
     VERIFIER_ERROR = "verifier_error"
     REWARD_MISSING = "reward_missing"

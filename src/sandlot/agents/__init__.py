@@ -1,9 +1,15 @@
-"""Agent registry: a name maps to a lazy import path; `module:Class` loads users' own."""
+"""Agent registry: a name maps to a lazy import path; `module:Class` loads users' own.
+
+ACP agents (`claude`, `codex`, `gemini`, `opencode`, `goose`, names from an agents file,
+and `acp:<command>` for any other) all load `sandlot.agents.acp:AcpAgent`; their specs
+live in `sandlot.agents.acp_registry`. `acp:` is checked before `module:Class`.
+"""
 
 from __future__ import annotations
 
 import importlib
 
+from sandlot.agents import acp_registry
 from sandlot.agents.base import Agent, AgentContext, AgentOutcome
 
 #: Built-in agents, imported only when chosen.
@@ -13,6 +19,7 @@ AGENTS: dict[str, str] = {
     "builtin": "sandlot.agents.builtin:BuiltinAgent",
     "pi": "sandlot.agents.pi:PiAgent",
 }
+ACP_AGENT_PATH = "sandlot.agents.acp:AcpAgent"
 
 
 class UnknownAgentError(ValueError):
@@ -22,20 +29,31 @@ class UnknownAgentError(ValueError):
 def resolve_agent_path(name: str) -> str:
     if name in AGENTS:
         return AGENTS[name]
+    try:
+        if acp_registry.is_acp_agent(name):
+            acp_registry.get_spec(name)  # a bad `acp:` command fails here, clearly
+            return ACP_AGENT_PATH
+    except acp_registry.AgentSpecError as exc:
+        raise UnknownAgentError(str(exc)) from None
     if ":" in name:
         return name
-    known = ", ".join(sorted(AGENTS))
-    raise UnknownAgentError(f"unknown agent {name!r}; choose one of {known}, or module:Class")
+    known = ", ".join(sorted([*AGENTS, *acp_registry.known_specs()]))
+    raise UnknownAgentError(f"unknown agent {name!r}; choose one of {known}, "
+                            'acp:"<command>" for any ACP agent, or module:Class')
 
 
 def create_agent(name: str, model: str | None = None) -> Agent:
-    """Instantiate an agent by registry name or `module:Class`."""
-    module_name, _, class_name = resolve_agent_path(name).partition(":")
+    """Instantiate an agent by registry name, ACP agent name, `acp:<command>` or
+    `module:Class`."""
+    path = resolve_agent_path(name)
+    module_name, _, class_name = path.partition(":")
     try:
         module = importlib.import_module(module_name)
         cls = getattr(module, class_name)
     except (ImportError, AttributeError) as exc:
         raise UnknownAgentError(f"cannot load agent {name!r}: {exc}") from exc
+    if path == ACP_AGENT_PATH:
+        return cls(model=model, agent=name)
     return cls(model=model)
 
 

@@ -319,12 +319,18 @@ def render_turn(turn: Turn | None, script: Script | None, view: RequestView,
             problems.append(f"no shell tool offered (looked for {', '.join(SHELL_TOOLS)})")
         else:
             calls.append(call)
+    reader = _find_tool(view.tools, ("Read",))
     for path, content in turn.write:
         call = write_call(view.tools, path, content)
         if call is None:
             problems.append("no file-writing or shell tool offered")
-        else:
-            calls.append(call)
+            continue
+        if call.name == "Write" and reader is not None:
+            # Claude Code's Write refuses to overwrite a file not read first: read it in
+            # the same turn (harmless for a new file), as the model itself would.
+            key = _pick_key(_props(reader), PATH_KEYS, "file_path")
+            calls.append(ToolCall(new_id("call_"), reader.name, {key: path}))
+        calls.append(call)
     offered = {t.name for t in view.tools}
     for name, args in turn.tools:
         if name in offered or not view.tools:

@@ -1,0 +1,257 @@
+"""Real ACP agents from npm, end to end: installed by sandlot's installer, run by the real
+CLI in the local sandbox, talking to the scripted model through the gateway.
+
+claude (@agentclientprotocol/claude-agent-acp) and codex (@zed-industries/codex-acp) are
+installed once into a folder kept across test runs ($SANDLOT_TEST_AGENTS_DIR, else
+~/.cache/sandlot-test), like Pi's e2e tests. The last tests need no npm package: an ACP
+agent that crashes on start and one that never answers the handshake, through the CLI.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import EXAMPLES, REPO, sandlot_cmd
+from sandlot.agents.acp_registry import BUILTIN_SPECS
+from sandlot.agents.install import AgentInstallError, install_npm_package
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+SCRIPTS = Path(__file__).parent / "scripts_acp"
+REAL_AGENTS = ["claude", "codex"]
+CHECK_PY = '''answer = open("/app/answer.txt").read().strip()
+assert answer == "42", "the answer file holds the wrong number"
+'''
+CHECK_SH = """
+    if python3 /tests/check.py; then echo 1 > /logs/verifier/reward.txt
+    else echo 0 > /logs/verifier/reward.txt; fi
+"""
+#: Example tasks whose solver script writes over an existing file with `write`.
+CLAUDE_WRITE_OVER_EXISTING = {"fix-interval-merge", "semver-compare", "service-config-update",
+                              "text-utils-partial"}
+
+
+@pytest.fixture(scope="session")
+def agents_cache(cache_dir: Path) -> Path:
+    """claude and codex installed once through sandlot's installer into a folder kept
+    across runs, linked into the session's sandlot cache so the CLI finds them there."""
+    keep = Path(os.environ.get("SANDLOT_TEST_AGENTS_DIR")
+                or Path.home() / ".cache" / "sandlot-test")
+    for name in REAL_AGENTS:
+        spec = BUILTIN_SPECS[name]
+        assert spec.npm and spec.version
+        try:
+            folder = asyncio.run(install_npm_package(keep, name, spec.npm, spec.version))
+        except AgentInstallError as exc:
+            pytest.skip(f"cannot install {spec.npm}@{spec.version} here: {exc}")
+        link = cache_dir / "agents" / name / spec.version
+        link.parent.mkdir(parents=True, exist_ok=True)
+        if not link.exists():
+            link.symlink_to(folder, target_is_directory=True)
+    return cache_dir
+
+
+def _cli(cache_dir: Path, *args: str, timeout: float = 600,
+         env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    full_env = {**os.environ, "SANDLOT_CACHE_DIR": str(cache_dir), "COLUMNS": "200",
+                "PYTHONPATH": str(REPO / "tests"), **(env or {})}
+    return subprocess.run(sandlot_cmd(*args), capture_output=True, text=True,
+                          timeout=timeout, env=full_env, cwd=REPO)
+
+
+def _run(cache_dir: Path, tasks: Path, jobs: Path, agent: str, model: str, *extra: str,
+         env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return _cli(cache_dir, "run", str(tasks), "--agent", agent, "--model", model,
+                "--scripts-dir", str(SCRIPTS), "--jobs-dir", str(jobs), "--job-name", "j",
+                *extra, env=env)
+
+
+def _result(trial: Path) -> dict:
+    return json.loads((trial / "result.json").read_text())
+
+
+def _acp_lines(trial: Path) -> list[dict]:
+    path = trial / "trajectory" / "acp_trajectory.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def _updates(lines: list[dict], kind: str) -> list[dict]:
+    return [x["message"]["params"]["update"] for x in lines if x["type"] == "message"
+            and x["message"].get("method") == "session/update"
+            and x["message"]["params"]["update"].get("sessionUpdate") == kind]
+
+
+def _sent(lines: list[dict], method: str) -> list[dict]:
+    return [x["message"] for x in lines if x["type"] == "message"
+            and x["direction"] == "client_to_agent" and x["message"].get("method") == method]
+
+
+def _exchanges(trial: Path) -> list[dict]:
+    lines = (trial / "trajectory" / "llm_trajectory.jsonl").read_text().splitlines()
+    return [json.loads(line) for line in lines]
+
+
+def _agent_processes(name: str) -> str:
+    found = subprocess.run(["pgrep", "-af", f"/opt/sandlot/agents/{name}/"],
+                           capture_output=True, text=True)
+    return found.stdout.strip()
+
+
+def _answer_task(make_task, name: str, **kwargs: object) -> Path:
+    return make_task(name, files={"tests/check.py": CHECK_PY}, test_sh=CHECK_SH, **kwargs)
+
+
+@pytest.fixture(scope="module", params=REAL_AGENTS)
+def example_trial(request: pytest.FixtureRequest, agents_cache: Path,
+                  tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
+    agent = request.param
+    jobs = tmp_path_factory.mktemp(f"acp-example-{agent}")
+    proc = _cli(agents_cache, "run", str(EXAMPLES), "-i", "csv-top-customers", "--agent",
+                agent, "--model", "scripted/solver", "--jobs-dir", str(jobs), "--job-name", "j")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return agent, jobs / "j" / "csv-top-customers__1"
+
+
+def test_an_example_task_passes_with_tool_calls_and_usage_on_record(example_trial):
+    agent, trial = example_trial
+    result = _result(trial)
+    assert result["passed"] and result["error"] is None, result
+    info = result["agent_info"]
+    assert info["agent"] == agent and info["agent_version"] == BUILTIN_SPECS[agent].version
+    assert info["done_reason"] == "end_turn" and info["tool_calls"] == 3
+    assert "execute" in info["tools_used"]
+    assert "top_customers.sh" in info["final_response"]
+    assert info["acp"]["protocol_version"] == 1 and info["acp"]["session_id"]
+    # The trajectory holds every update: the three tool calls and the usage snapshots.
+    lines = _acp_lines(trial)
+    assert lines[0]["type"] == "header" and lines[0]["agent"] == agent
+    calls = {u["toolCallId"] for u in _updates(lines, "tool_call")}
+    assert len(calls) == 3
+    assert _updates(lines, "usage_update")
+    assert info["session"]["context"]["used"] > 0
+    (prompt,) = _sent(lines, "session/prompt")
+    assert prompt["params"]["prompt"][0]["text"] == (EXAMPLES / "csv-top-customers" /
+                                                     "instruction.md").read_text()
+    # The gateway's count is the trusted one; it saw every model call.
+    usage = result["usage"]
+    assert usage["source"] == "gateway" and usage["n_requests"] == len(_exchanges(trial)) == 4
+    assert not _agent_processes(agent)
+
+
+def test_claude_reports_usage_that_matches_the_gateway(example_trial):
+    agent, trial = example_trial
+    result = _result(trial)
+    reported = result["agent_info"]["self_reported_usage"]
+    if agent == "codex":  # codex-acp sends no PromptResponse.usage (only usage_update)
+        assert reported is None
+        return
+    assert reported["source"] == "acp"
+    for key in ("input_tokens", "output_tokens", "cache_read_tokens", "total_tokens"):
+        assert reported[key] == result["usage"][key], key
+    assert result["agent_info"]["session"]["permission_requests"] >= 1  # auto-approved
+
+
+@pytest.mark.parametrize("agent", REAL_AGENTS)
+def test_a_failed_first_attempt_is_repaired_in_the_same_acp_session(agent, agents_cache,
+                                                                     make_task, tmp_path):
+    _answer_task(make_task, "answer")
+    proc = _run(agents_cache, tmp_path / "tasks", tmp_path / "jobs", agent,
+                "scripted/acp-repair", "--repair-attempts", "1")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    trial = tmp_path / "jobs" / "j" / "answer__1"
+    result = _result(trial)
+    assert result["passed"] and result["repaired"] and result["counted_attempt"] == 2
+    first, second = result["attempts"]
+    assert first["evaluation"]["reward"] == 0.0
+    feedback = second["feedback"]
+    assert "wrong number" in feedback
+    assert second["generation"]["final_response"] == "Fixed the answer."
+    assert second["generation"]["prompt"] == 2
+    # Both prompts went to the one session the handshake created...
+    lines = _acp_lines(trial)
+    prompts = _sent(lines, "session/prompt")
+    assert len(_sent(lines, "session/new")) == 1
+    assert [p["params"]["sessionId"] for p in prompts] == [result["agent_info"]["acp"][
+        "session_id"]] * 2
+    assert prompts[1]["params"]["prompt"][0]["text"] == feedback
+    # ...so the model saw the feedback after the whole first conversation.
+    last = json.dumps(_exchanges(trial)[-1]["request"])
+    assert json.dumps(feedback)[1:-1] in last and "echo 41" in last
+    assert not _agent_processes(agent)
+
+
+@pytest.mark.parametrize("agent", REAL_AGENTS)
+def test_a_stalled_model_hits_the_agent_timeout_with_partial_counters(agent, agents_cache,
+                                                                       make_task, tmp_path):
+    _answer_task(make_task, "stall", agent_timeout=8)
+    proc = _run(agents_cache, tmp_path / "tasks", tmp_path / "jobs", agent, "scripted/acp-stall")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    trial = tmp_path / "jobs" / "j" / "stall__1"
+    result = _result(trial)
+    assert result["error"]["kind"] == "agent_timeout", result["error"]
+    assert "1 tool calls" in result["error"]["message"]
+    info = result["agent_info"]
+    assert info["tool_calls"] == 1 and info["done_reason"] == "timeout"
+    assert result["usage"]["n_requests"] >= 1 and result["usage"]["input_tokens"] >= 1000
+    lines = _acp_lines(trial)
+    assert _sent(lines, "session/cancel")
+    assert [x["event"] for x in lines if x["type"] == "event"][-1] == "agent_stopped"
+    assert result["timing"]["agent"] < 8 + 15
+    assert not _agent_processes(agent)
+
+
+@pytest.mark.parametrize("agent", REAL_AGENTS)
+def test_every_example_task_passes(agent, agents_cache, tmp_path, request):
+    proc = _cli(agents_cache, "run", str(EXAMPLES), "--agent", agent, "--model",
+                "scripted/solver", "-n", "3", "--jobs-dir", str(tmp_path), "--job-name", "all")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    results = {p.parent.name: _result(p.parent)
+               for p in (tmp_path / "all").glob("*/result.json")}
+    assert len(results) == 9
+    failed = sorted(name for name, r in results.items() if not r["passed"])
+    assert not failed, failed
+
+
+# -- generic ACP agents through the CLI (no npm) ------------------------------------------
+
+
+def test_an_acp_agent_that_crashes_on_start_gives_its_stderr_tail(run_cli, make_task,
+                                                                   tmp_path):
+    _answer_task(make_task, "crash")
+    proc = run_cli("run", str(tmp_path / "tasks"), "--agent",
+                   'acp:sh -c "echo boom: no config file found >&2; exit 2"',
+                   "--model", "scripted/hello", "--jobs-dir", str(tmp_path / "jobs"),
+                   "--job-name", "j")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    result = _result(tmp_path / "jobs" / "j" / "crash__1")
+    error = result["error"]
+    assert error["kind"] == "agent_error"
+    assert "exited (code 2) during the handshake" in error["message"]
+    assert "boom: no config file found" in error["message"]
+
+
+def test_an_agent_that_never_answers_the_handshake_is_errored_not_failed(run_cli, make_task,
+                                                                          tmp_path):
+    _answer_task(make_task, "sleepy")
+    agents_file = tmp_path / "agents.toml"
+    marker = f"sleepy-{tmp_path.name}"
+    agents_file.write_text(f'[agents.sleepy]\ncommand = ["sh", "-c", "sleep 600; : {marker}"]\n'
+                           "handshake_timeout_sec = 3\n")
+    proc = run_cli("run", str(tmp_path / "tasks"), "--agent", "sleepy", "--model",
+                   "scripted/hello", "--jobs-dir", str(tmp_path / "jobs"), "--job-name", "j",
+                   env={"SANDLOT_AGENTS_FILE": str(agents_file)})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    result = _result(tmp_path / "jobs" / "j" / "sleepy__1")
+    assert result["error"]["kind"] == "agent_handshake_timeout"
+    assert result["reward"] is None and not result["passed"]
+    summary = json.loads((tmp_path / "jobs" / "j" / "summary.json").read_text())
+    assert summary["n_errored"] == 1 and summary["n_failed"] == 0
+    assert result["timing"]["agent"] < 3 + 10
+    found = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True)
+    assert not found.stdout.strip()
