@@ -122,6 +122,15 @@ def run(
     cache_dir: Annotated[Path | None, typer.Option(
         help="Cache for build layers and scratch space. Default: ~/.cache/sandlot.")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only the final tables.")] = False,
+    json_events: Annotated[bool, typer.Option(
+        "--json-events", help="One JSON object per event on stdout, for other tools; the "
+        "human output goes to stderr.")] = False,
+    heartbeat_sec: Annotated[float, typer.Option(
+        min=0, help="Without a terminal (and with --json-events): a heartbeat line with "
+        "the running totals every N seconds; 0: none.")] = 30.0,
+    stall_after_sec: Annotated[float, typer.Option(
+        min=1, help="Warn when a running trial's counters (phase, tool calls, tokens) have "
+        "not moved for this long.")] = 300.0,
 ) -> None:
     """Run every task with an agent; resume a job by running it again with its --job-name."""
     from sandlot.agents import UnknownAgentError, create_agent
@@ -133,7 +142,7 @@ def run(
     from sandlot.tasks import check_tasks, discover_tasks, load_task
     from sandlot.tasks.loader import hash_tree
 
-    console = Console(highlight=False)
+    console = Console(highlight=False, stderr=json_events)  # stdout is for the JSON lines
     if not tasks_dir.is_dir():
         raise _fail(console, f"{tasks_dir} is not a folder")
     if agent_network not in (None, "none", "public"):
@@ -178,16 +187,20 @@ def run(
     elif getattr(create_agent(agent), "needs_gateway", False):
         raise _fail(console, f"agent {agent!r} calls a model: pass --model provider/model "
                     "(e.g. scripted/solver for a dry run, openai/gpt-4.1)")
-    from sandlot.display.plain import LinePrinter
+    from sandlot.display import make_display
 
     masked = (tasks_dir.resolve(), jobs_root, cache)
     console.print(f"[bold]sandlot[/] job [cyan]{escape(config.job_name)}[/]: {len(tasks)} tasks "
                   f"× {n_attempts} attempts, agent {escape(agent)}, sandbox {sandbox}, "
                   f"-n {n_concurrent} → {jobs_root / config.job_name}")
-    coro = run_job(config, tasks, backend, masked, LinePrinter(console, quiet), gateway=gateway,
-                   cache_dir=cache)
+    display = make_display(console, job_name=config.job_name, agent=agent, model=model,
+                           sandbox=sandbox, n_planned=len(tasks) * n_attempts, quiet=quiet,
+                           json_events=json_events, heartbeat_sec=heartbeat_sec,
+                           stall_after_sec=stall_after_sec)
+    coro = run_job(config, tasks, backend, masked, display, gateway=gateway, cache_dir=cache)
     try:
-        summary = _run_cancellable(coro)
+        with display:
+            summary = _run_cancellable(coro)
     except (ConfigMismatchError, JobSetupError) as exc:
         raise _fail(console, str(exc)) from exc
     except KeyboardInterrupt:

@@ -41,7 +41,12 @@ class JobSetupError(Exception):
 
 
 class JobObserver(Protocol):
-    """Receives job events (the CLI prints them; the dashboard issue renders them)."""
+    """Receives job events (the CLI prints them; the dashboard issue renders them).
+
+    Two optional hooks are called when an observer has them: `job_started(summary,
+    n_pending)` once the resumed trials are known, before any trial starts, and
+    `job_finished(summary)` with the complete summary.
+    """
 
     def trial_started(self, plan: TrialPlan, try_number: int, live: TrialLive) -> None: ...
 
@@ -180,7 +185,7 @@ async def run_job(config: JobConfig, tasks: list[Task], backend: SandboxBackend,
             if plan.dir.exists():
                 shutil.rmtree(plan.dir)
             pending.append(plan)
-    run.write_summary()
+    _notify(observer, "job_started", run.write_summary(), len(pending))
     settings = TrialSettings(agent_name=config.agent, model=config.model,
                              sandbox_name=config.sandbox,
                              timeout_multiplier=config.timeout_multiplier,
@@ -226,7 +231,16 @@ async def run_job(config: JobConfig, tasks: list[Task], backend: SandboxBackend,
     finally:
         if gateway is not None and pending:
             await asyncio.shield(gateway.stop())
-    return run.write_summary(complete=True)
+    summary = run.write_summary(complete=True)
+    _notify(observer, "job_finished", summary)
+    return summary
+
+
+def _notify(observer: object, hook: str, *args: object) -> None:
+    """Call an optional observer hook if the observer has it."""
+    method = getattr(observer, hook, None)
+    if method is not None:
+        method(*args)
 
 
 async def _prepare_agent(config: JobConfig, cache_dir: Path | None) -> None:

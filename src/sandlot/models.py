@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, computed_field
 
 from sandlot.errors import AGENT_FAULT_KINDS, ErrorKind
 
@@ -69,6 +69,43 @@ def is_scored(kind: ErrorKind | None, phase: str | None, reward: float | None) -
     return kind is None or (kind in AGENT_FAULT_KINDS and phase == "agent")
 
 
+#: How far an agent's self-reported token total may stray from the gateway's count,
+#: relative to the gateway's, before `usage_mismatch` flags the trial.
+USAGE_TOLERANCE_RATIO = 0.05
+
+
+def _int_or_none(value: object) -> int | None:
+    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _tokens_view(usage: dict[str, object]) -> dict[str, object]:
+    view: dict[str, object] = {k: _int_or_none(usage.get(k)) or 0
+                               for k in ("input_tokens", "output_tokens", "total_tokens")}
+    if usage.get("source") is not None:
+        view["source"] = usage["source"]
+    return view
+
+
+def self_reported_usage(agent_info: dict[str, object],
+                        attempts: list[dict[str, object]]) -> dict[str, object] | None:
+    """The agent's own token count over the whole trial (every repair generation), if any.
+
+    Agents put it in `agent_info["self_reported_usage"]` (the first generation) and in each
+    repair attempt's `generation`; the sum covers the session, like the gateway's count.
+    """
+    gens = [a.get("generation") for a in attempts] if attempts else [agent_info]
+    reports = [g["self_reported_usage"] for g in gens
+               if isinstance(g, dict) and isinstance(g.get("self_reported_usage"), dict)]
+    if not reports:
+        return None
+    out: dict[str, object] = {k: sum(_int_or_none(r.get(k)) or 0 for r in reports)
+                              for k in ("input_tokens", "output_tokens", "total_tokens")}
+    sources = {str(r["source"]) for r in reports if r.get("source") is not None}
+    if sources:
+        out["source"] = ", ".join(sorted(sources))
+    return out
+
+
 class TrialResult(BaseModel):
     """One trial's outcome: jobs/<job>/<task>__<attempt>/result.json."""
 
@@ -106,6 +143,37 @@ class TrialResult(BaseModel):
     counted_attempt: int | None = Field(
         default=None, description="The attempt whose final state the reward scores.")
 
+    @computed_field(description=(
+        "The trial's two token figures side by side: `trusted` names the one in `usage` "
+        "and the totals (the gateway's; null without gateway usage), `gateway` and "
+        "`self_reported` hold input/output/total tokens from each (null when absent), "
+        "`difference_ratio` is (self-reported - gateway) / gateway."))
+    @property
+    def usage_source(self) -> dict[str, object] | None:
+        gateway = _tokens_view(self.usage) if self.usage else None
+        reported = self_reported_usage(self.agent_info, self.attempts)
+        if gateway is None and reported is None:
+            return None
+        ratio = None
+        if gateway is not None and reported is not None:
+            g, r = int(gateway["total_tokens"]), int(reported["total_tokens"])  # type: ignore[call-overload]
+            ratio = round((r - g) / g, 6) if g else (0.0 if r == 0 else None)
+        return {"trusted": "gateway" if gateway is not None else None, "gateway": gateway,
+                "self_reported": reported, "difference_ratio": ratio,
+                "tolerance_ratio": USAGE_TOLERANCE_RATIO}
+
+    @computed_field(description=(
+        "True when the agent's self-reported total differs from the gateway's by more "
+        "than `usage_source.tolerance_ratio` (or the gateway saw 0 tokens and the agent "
+        "reported some)."))
+    @property
+    def usage_mismatch(self) -> bool:
+        source = self.usage_source
+        if source is None or source["gateway"] is None or source["self_reported"] is None:
+            return False
+        ratio = source["difference_ratio"]
+        return ratio is None or abs(ratio) > USAGE_TOLERANCE_RATIO  # type: ignore[arg-type]
+
     @property
     def scored(self) -> bool:
         """Counts as passed or failed (not errored); see `is_scored`."""
@@ -139,6 +207,18 @@ class JobSummary(BaseModel):
     timing: dict[str, PhaseTiming] = Field(default_factory=dict)
     usage: dict[str, object] | None = Field(
         default=None, description="Gateway usage summed over trials (null: no model used).")
+    cost_per_passed_usd: float | None = Field(
+        default=None, description="Gateway cost of all trials / n_passed (null: no pass or "
+        "no known price).")
+    tokens_per_sec: float | None = Field(
+        default=None, description="Gateway tokens / summed agent-phase seconds of the trials "
+        "with usage: how fast one agent spends, not the job's wall-clock rate.")
+    telemetry_coverage: float | None = Field(
+        default=None, description="Share of finished trials with trusted gateway usage "
+        "(null for a job without a model).")
+    n_trials_with_usage: int = Field(default=0, description="Trials with gateway usage.")
+    n_usage_mismatch: int = Field(
+        default=0, description="Trials whose agent self-report strays beyond the tolerance.")
     n_resumed: int = Field(default=0, description="Trials kept from an earlier run.")
     n_cancelled: int = 0
     complete: bool = False

@@ -1,48 +1,140 @@
-"""One line per trial event: readable in a terminal, a CI log or a nohup file."""
+"""One line per trial event, for CI logs, nohup files and any output that is not a TTY.
+
+Lines: a trial started, changed phase, was retried, finished (reward, tokens, cost); a
+trial stalled or moved again; and every `heartbeat_sec` a heartbeat with the dashboard's
+footer figures. Phase changes, stalls and heartbeats come from a ticker thread polling
+the trials' live counters (a phase shorter than the polling interval may not be
+printed). `quiet` prints nothing.
+"""
 
 from __future__ import annotations
+
+from types import TracebackType
 
 from rich.console import Console
 from rich.markup import escape
 
+from sandlot.display.text import counts_parts, duration_text, footer_parts, progress_parts
+from sandlot.display.tracker import Frame, RunTracker, Ticker, TrialRow, tokens_text
+from sandlot.live import TrialLive
 from sandlot.models import JobSummary, TrialResult
-from sandlot.trial import TrialPlan
+
+DEFAULT_HEARTBEAT_SEC = 30.0
+TICK_SEC = 0.25
 
 
 def describe(result: TrialResult) -> str:
     reward = "—" if result.reward is None else f"{result.reward:.3g}"
     total = result.timing.get("total", 0.0)
-    if result.error is not None:
+    if result.error is not None and not result.scored:
         return (f"[red]✗ error[/] {escape(result.trial_name)} {result.error.kind}: "
                 f"{escape(result.error.message[:200])} ({total:.1f}s)")
     mark = "[green]✓ passed[/]" if result.passed else "[yellow]✗ failed[/]"
+    if result.error is not None:
+        mark += f" ({result.error.kind})"
     usage = ""
     if result.usage:
         tokens = int(result.usage.get("total_tokens") or 0)  # type: ignore[call-overload]
         cost = result.usage.get("cost_usd")
         usage = f" {tokens:,} tok" + (f" ${float(cost):.4f}" if cost is not None else "")  # type: ignore[arg-type]
+    if result.usage_mismatch:
+        source = result.usage_source or {}
+        reported = source.get("self_reported") or {}
+        usage += (f" [yellow]⚠ agent reported "
+                  f"{int(reported.get('total_tokens') or 0):,} tok[/]")  # type: ignore[attr-defined]
     return f"{mark} {escape(result.trial_name)} reward={reward}{usage} ({total:.1f}s)"
 
 
-class LinePrinter:
-    """A JobObserver printing started/retrying/finished lines with running totals."""
+def heartbeat_text(frame: Frame) -> str:
+    parts = progress_parts(frame) + counts_parts(frame) + footer_parts(frame)
+    if frame.stalled:
+        parts.append(f"{len(frame.stalled)} stalled")
+    return "♥ " + " · ".join(parts)
 
-    def __init__(self, console: Console, quiet: bool = False) -> None:
+
+def stall_text(row: TrialRow, stall_after_sec: float) -> str:
+    what = [row.phase]
+    if row.tool_calls:
+        what.append(f"{row.tool_calls} calls")
+    if row.figures.tokens is not None:
+        what.append(f"{tokens_text(row.figures.tokens)} tok")
+    if row.figures.in_flight:
+        what.append("waiting on the model")
+    return (f"[yellow]⚠ stalled[/] {escape(row.name)}: no progress for "
+            f"{duration_text(max(row.idle_sec, stall_after_sec))} ({escape(', '.join(what))})")
+
+
+class LinePrinter:
+    """A JobObserver printing one line per event, plus heartbeats while entered."""
+
+    def __init__(self, console: Console, quiet: bool = False,
+                 tracker: RunTracker | None = None,
+                 heartbeat_sec: float = DEFAULT_HEARTBEAT_SEC,
+                 tick_sec: float = TICK_SEC) -> None:
         self.console = console
         self.quiet = quiet
+        self.tracker = tracker or RunTracker()
+        self.heartbeat_sec = heartbeat_sec
+        self._next_heartbeat = self.tracker.clock() + heartbeat_sec
+        self._ticker = Ticker(self.tick, tick_sec)
 
-    def trial_started(self, plan: TrialPlan, try_number: int, live: object = None) -> None:
+    def __enter__(self) -> LinePrinter:
         if not self.quiet:
-            again = f" (try {try_number})" if try_number > 1 else ""
-            self.console.print(f"[dim]… started {escape(plan.name)}{again}[/]")
+            self._ticker.start()
+        return self
 
-    def trial_retrying(self, plan: TrialPlan, result: TrialResult, delay_sec: float) -> None:
-        if not self.quiet and result.error is not None:
-            self.console.print(f"[magenta]↻ retry[/] {escape(plan.name)} after "
-                               f"{result.error.kind} in {delay_sec:.0f}s")
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self._ticker.stop()
+
+    def _print(self, text: str) -> None:
+        if not self.quiet:
+            self.console.print(text, soft_wrap=True)
+
+    # -- job events -----------------------------------------------------------------------
+
+    def job_started(self, summary: JobSummary, n_pending: int) -> None:
+        self.tracker.job_started(summary, n_pending)
+        self._next_heartbeat = self.tracker.clock() + self.heartbeat_sec
+
+    def trial_started(self, plan: object, try_number: int, live: TrialLive) -> None:
+        with self.tracker.lock:
+            self.tracker.trial_started(plan, try_number, live)
+            again = f" (try {try_number})" if try_number > 1 else ""
+            self._print(f"[dim]… started {escape(live.name)}{again}[/]")
+
+    def trial_retrying(self, plan: object, result: TrialResult, delay_sec: float) -> None:
+        with self.tracker.lock:
+            self.tracker.trial_retrying(plan, result, delay_sec)
+            if result.error is not None:
+                self._print(f"[magenta]↻ retry[/] {escape(result.trial_name)} after "
+                            f"{result.error.kind} in {delay_sec:.0f}s")
 
     def trial_finished(self, result: TrialResult, summary: JobSummary) -> None:
+        with self.tracker.lock:
+            self.tracker.trial_finished(result, summary)
+            self._print(f"{describe(result)}  "
+                        f"[dim][{summary.n_trials}/{summary.n_trials_planned}][/]")
+
+    def job_finished(self, summary: JobSummary) -> None:
+        self.tracker.job_finished(summary)
+
+    # -- the ticker thread ----------------------------------------------------------------
+
+    def tick(self) -> None:
+        """Print phase changes, stall changes and, when due, a heartbeat."""
         if self.quiet:
             return
-        done = summary.n_trials
-        self.console.print(f"{describe(result)}  [dim][{done}/{summary.n_trials_planned}][/]")
+        with self.tracker.lock:  # keeps these lines in order with the event lines
+            for entry, phase in self.tracker.poll_phases():
+                label = "agent running" if phase == "agent" else phase
+                self._print(f"[dim]· {escape(entry.name)}: {escape(label)}[/]")
+            frame = self.tracker.frame(max_rows=0)
+            for row in frame.stall_started:
+                self._print(stall_text(row, frame.stall_after_sec))
+            for name in frame.stall_cleared:
+                self._print(f"[dim]· {escape(name)} is moving again[/]")
+            now = self.tracker.clock()
+            if self.heartbeat_sec > 0 and now >= self._next_heartbeat:
+                self._next_heartbeat = now + self.heartbeat_sec
+                self._print(escape(heartbeat_text(frame)))

@@ -54,6 +54,24 @@ def sum_usage(usages: list[dict[str, object]]) -> dict[str, object] | None:
     return out
 
 
+def usage_rates(results: list[TrialResult], usage: dict[str, object] | None, n_passed: int,
+                has_model: bool) -> dict[str, object]:
+    """summary.json's spend figures: cost per passed trial, tokens/s, telemetry coverage."""
+    with_usage = [r for r in results if r.usage is not None]
+    cost = usage.get("cost_usd") if usage else None
+    agent_sec = sum(r.timing.get("agent", 0.0) for r in with_usage)
+    tokens = int(usage.get("total_tokens") or 0) if usage else 0  # type: ignore[call-overload]
+    return {
+        "cost_per_passed_usd": (round(float(cost) / n_passed, 8)  # type: ignore[arg-type]
+                                if cost is not None and n_passed else None),
+        "tokens_per_sec": round(tokens / agent_sec, 2) if tokens and agent_sec > 0 else None,
+        "telemetry_coverage": (round(len(with_usage) / len(results), 6)
+                               if has_model and results else None),
+        "n_trials_with_usage": len(with_usage),
+        "n_usage_mismatch": sum(r.usage_mismatch for r in results),
+    }
+
+
 def summarize(job_name: str, agent: str, model: str | None, n_planned: int, max_k: int,
               results: list[TrialResult], *, n_resumed: int = 0,
               complete: bool = False) -> JobSummary:
@@ -79,6 +97,7 @@ def summarize(job_name: str, agent: str, model: str | None, n_planned: int, max_
         timing={p: PhaseTiming(mean_sec=round(sum(v) / len(v), 4), total_sec=round(sum(v), 4))
                 for p, v in phases.items()},
         usage=usage,
+        **usage_rates(results, usage, n_passed, model is not None),  # type: ignore[arg-type]
         n_resumed=n_resumed, n_cancelled=kinds.get(str(ErrorKind.CANCELLED), 0),
         complete=complete,
     )
