@@ -21,6 +21,8 @@ tasks_app = typer.Typer(no_args_is_help=True, help="Inspect and validate task fo
 sandbox_app = typer.Typer(no_args_is_help=True, help="Manage sandboxes and their leftovers.")
 app.add_typer(tasks_app, name="tasks")
 app.add_typer(sandbox_app, name="sandbox")
+agents_app = typer.Typer(no_args_is_help=True, help="The agents sandlot can run.")
+app.add_typer(agents_app, name="agents")
 
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130
@@ -65,6 +67,32 @@ def tasks_check(
         raise typer.Exit(1)
 
 
+@agents_app.command("list")
+def agents_list(
+    cache_dir: Annotated[Path | None, typer.Option(help="sandlot's cache folder.")] = None,
+) -> None:
+    """The agents sandlot can run, their pinned versions and whether they are installed."""
+    from rich.table import Table
+
+    from sandlot.agents.acp_registry import agent_rows
+
+    table = Table(title="Agents", title_justify="left")
+    for col in ("name", "kind", "version", "installed", "needs", "note"):
+        table.add_column(col)
+    builtin = [("oracle", "runs solution/solve.sh"), ("nop", "changes nothing"),
+               ("builtin", "sandlot's tool-calling loop (needs --model)"),
+               ("pi", "Pi coding agent over RPC (npm, needs --model)")]
+    for name, note in builtin:
+        table.add_row(name, "built-in", "", "", "", note)
+    for row in agent_rows(cache_dir or default_cache_dir()):
+        installed = {True: "yes", False: "no", None: "—"}[row["installed"]]  # type: ignore[index]
+        needs = row["needs"]
+        table.add_row(str(row["name"]), "acp", str(row["version"] or ""), installed,
+                      ", ".join(needs) if isinstance(needs, list | tuple) else str(needs or ""),
+                      str(row["note"] or ""))
+    Console().print(table)
+
+
 @sandbox_app.command("cleanup")
 def sandbox_cleanup(
     cache_dir: Annotated[Path | None, typer.Option(help="sandlot's cache folder.")] = None,
@@ -79,7 +107,11 @@ def sandbox_cleanup(
 @app.command()
 def run(
     tasks_dir: Annotated[Path, typer.Argument(help="A task folder or a folder of tasks.")],
-    agent: Annotated[str, typer.Option("--agent", "-a", help="Agent name or module:Class.")],
+    agent: Annotated[str, typer.Option(
+        "--agent", "-a", help="Agent name (see `sandlot agents list`), acp:\"<command>\" or "
+        "module:Class.")],
+    agents_file: Annotated[Path | None, typer.Option(
+        help="A TOML file of extra ACP agents (name -> command, install, env).")] = None,
     agent_version: Annotated[str | None, typer.Option(
         help="Version of an agent sandlot installs itself (e.g. pi).")] = None,
     model: Annotated[str | None, typer.Option(
@@ -148,8 +180,12 @@ def run(
     if agent_network not in (None, "none", "public"):
         raise _fail(console, f"--agent-network must be none or public, not {agent_network!r}")
     try:
+        if agents_file is not None:
+            from sandlot.agents.acp_registry import register_agents_file
+
+            register_agents_file(agents_file)
         create_agent(agent, model)
-    except UnknownAgentError as exc:
+    except (UnknownAgentError, ValueError) as exc:
         raise _fail(console, str(exc)) from exc
     paths = discover_tasks(tasks_dir, include, exclude, n_tasks)
     if not paths:
