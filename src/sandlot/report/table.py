@@ -77,6 +77,12 @@ def summary_table(summary: JobSummary) -> Table:
         n = summary.n_trials or 1
         if u.get("cost_usd") is not None:
             rows.append(("cost per trial", cost_text(float(u["cost_usd"]) / n)))  # type: ignore[arg-type]
+        if summary.cost_per_passed_usd is not None:
+            rows.append(("cost per passed trial", cost_text(summary.cost_per_passed_usd)))
+        if summary.tokens_per_sec is not None:
+            rows.append(("tokens/s", f"{summary.tokens_per_sec:,.0f}"))
+        if summary.telemetry_coverage is not None:
+            rows.append(("telemetry coverage", _pct(summary.telemetry_coverage)))
     rows += [(f"errors: {kind}", str(n)) for kind, n in summary.errors_by_kind.items()]
     rows += [(f"time {phase} (mean / total)", f"{t.mean_sec:.2f}s / {t.total_sec:.1f}s")
              for phase, t in summary.timing.items()]
