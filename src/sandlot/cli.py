@@ -13,6 +13,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from sandlot import cli_report
 from sandlot.paths import default_cache_dir
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -21,6 +22,7 @@ tasks_app = typer.Typer(no_args_is_help=True, help="Inspect and validate task fo
 sandbox_app = typer.Typer(no_args_is_help=True, help="Manage sandboxes and their leftovers.")
 app.add_typer(tasks_app, name="tasks")
 app.add_typer(sandbox_app, name="sandbox")
+cli_report.register(app)
 agents_app = typer.Typer(no_args_is_help=True, help="The agents sandlot can run.")
 app.add_typer(agents_app, name="agents")
 

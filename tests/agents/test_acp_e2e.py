@@ -124,15 +124,18 @@ def test_an_example_task_passes_with_tool_calls_and_usage_on_record(example_tria
     assert result["passed"] and result["error"] is None, result
     info = result["agent_info"]
     assert info["agent"] == agent and info["agent_version"] == BUILTIN_SPECS[agent].version
-    assert info["done_reason"] == "end_turn" and info["tool_calls"] == 3
+    # The solver runs two commands and writes one file; for Claude the scripted model
+    # reads the file first, as Claude Code's Write requires.
+    expected_calls = 4 if agent == "claude" else 3
+    assert info["done_reason"] == "end_turn" and info["tool_calls"] == expected_calls
     assert "execute" in info["tools_used"]
     assert "top_customers.sh" in info["final_response"]
     assert info["acp"]["protocol_version"] == 1 and info["acp"]["session_id"]
-    # The trajectory holds every update: the three tool calls and the usage snapshots.
+    # The trajectory holds every update: the tool calls and the usage snapshots.
     lines = _acp_lines(trial)
     assert lines[0]["type"] == "header" and lines[0]["agent"] == agent
     calls = {u["toolCallId"] for u in _updates(lines, "tool_call")}
-    assert len(calls) == 3
+    assert len(calls) == expected_calls
     assert _updates(lines, "usage_update")
     assert info["session"]["context"]["used"] > 0
     (prompt,) = _sent(lines, "session/prompt")

@@ -1,0 +1,225 @@
+"""`sandlot view` in headless Chromium: the pages people use, on jobs the tests ran.
+
+Each test saves a screenshot (see the `artifacts` fixture) and fails on any console
+error, uncaught exception or failed request.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from .conftest import Page
+from .viewer_support import (
+    TASKS,
+    chat_exchange,
+    viewer_process,
+    write_builtin_trial,
+    write_config,
+    write_result,
+)
+
+pytestmark = [pytest.mark.e2e]
+
+
+@pytest.fixture(scope="module")
+def viewer(example_jobs: Path):
+    with viewer_process(example_jobs) as url:
+        yield url
+
+
+def assert_steps_unique(tab: Page) -> None:
+    ids = tab.page.eval_on_selector_all(".step[data-step]", "els => els.map(e => e.dataset.step)")
+    assert ids and len(ids) == len(set(ids)), ids
+
+
+def shot(tab: Page, artifacts: Path, name: str, *, full_page: bool = True) -> Path:
+    path = artifacts / f"{name}.png"
+    tab.page.screenshot(path=str(path), full_page=full_page)
+    assert path.stat().st_size > 10_000
+    return path
+
+
+def test_job_list_shows_every_job_with_its_pass_rate(viewer, tab, artifacts):
+    page = tab.page
+    page.goto(viewer)
+    page.wait_for_selector("table.data tbody tr td a")
+    rows = {r.locator("td").nth(1).inner_text(): r
+            for r in page.locator("table.data tbody tr").all()}
+    assert set(rows) == {"solver", "giveup", "first5", "last5"}
+    assert "100.0%" in rows["solver"].inner_text()
+    assert "0.0%" in rows["giveup"].inner_text()
+    assert "55.6%" in rows["first5"].inner_text()  # 5 of 9
+    assert "complete" in rows["last5"].inner_text()
+    shot(tab, artifacts, "01-jobs")
+    assert tab.errors == []
+
+
+def test_job_page_has_charts_and_filters_trials(viewer, tab, artifacts):
+    page = tab.page
+    page.goto(f"{viewer}#/job/first5")
+    page.wait_for_selector("#filters")
+    assert page.locator(".chart svg").count() == 4  # reward, phases, tokens, cost vs reward
+    assert page.locator("table.data tbody tr").count() == len(TASKS)
+    page.click("#filters button[data-filter=failed]")
+    failed = page.locator("table.data tbody tr")
+    assert failed.count() == 4
+    assert all(name.startswith(tuple(TASKS[5:])) for name in
+               failed.locator("td:first-child").all_inner_texts())
+    page.fill("#filters input[type=search]", TASKS[6])
+    assert page.locator("table.data tbody tr").count() == 1
+    shot(tab, artifacts, "02-job-first5")
+    assert tab.errors == []
+
+
+def test_trial_page_shows_tool_calls_repairs_and_exchanges(viewer, tab, artifacts):
+    page = tab.page
+    trial = f"{TASKS[0]}__1"
+    page.goto(f"{viewer}#/job/giveup/trial/{trial}")
+    page.wait_for_selector(".step.k-tool")
+    # the instruction, the model's thinking, its bash call with arguments, and the output
+    assert page.locator(".step.k-user").first.inner_text().strip() != ""
+    assert "Look at what is there" in page.locator(".step .thinking").first.inner_text()
+    call = page.locator(".step.k-assistant .call").first
+    assert "bash" in call.inner_text() and '"command": "ls -la"' in call.inner_text()
+    assert "exit code 0" in page.locator(".step.k-tool").first.inner_text()
+    # each model turn carries its tokens and latency from the gateway
+    assert "in 1.2k" in page.locator(".step.k-assistant .chip").first.inner_text()
+    # the repair feedback went back to the agent as the next user message
+    assert "not complete yet" in page.locator(".step.k-user").last.inner_text()
+    page.wait_for_timeout(500)  # let any stray page load land before counting
+    assert_steps_unique(tab)
+    assert page.locator(".step").count() == 7  # system, user, 2 turns + tool, user, turn
+    shot(tab, artifacts, "03-trial-trajectory")
+
+    page.click(".tabs button[data-tab=repairs]")
+    page.wait_for_selector(".repair")
+    assert page.locator(".repair").count() == 2
+    assert "not complete yet" in page.locator(".repair").nth(1).inner_text()
+    shot(tab, artifacts, "04-trial-repairs")
+
+    page.click(".tabs button[data-tab='LLM exchanges']")
+    page.wait_for_selector("table.data tbody tr.click")
+    assert page.locator("table.data tbody tr").count() == 3  # 2 turns + 1 after feedback
+    page.locator("table.data tbody tr").first.click()
+    page.wait_for_selector("text=New input in this request")
+    assert "scripted/giveup" in page.locator(".panel").last.inner_text()
+
+    page.click(".tabs button[data-tab=verifier]")
+    page.wait_for_selector("text=verifier/test_stdout.txt")
+    shot(tab, artifacts, "05-trial-verifier")
+    assert tab.errors == []
+
+
+def test_trial_page_lists_file_changes_from_tool_calls(viewer, tab, artifacts):
+    page = tab.page
+    page.goto(f"{viewer}#/job/solver/trial/semver-compare__1")
+    page.click(".tabs button[data-tab=changes]")
+    page.wait_for_selector(".panel code")
+    assert "/app/semver.py" in page.locator(".panel code").first.inner_text()
+    shot(tab, artifacts, "06-trial-changes")
+    assert tab.errors == []
+
+
+def test_comparison_page_from_the_job_list(viewer, tab, artifacts):
+    page = tab.page
+    page.goto(viewer)
+    page.wait_for_selector("table.data tbody tr")
+    for name in ("first5", "last5"):
+        page.check(f"input[aria-label='select {name}']")
+    page.click("#compare-btn")
+    page.wait_for_selector(".verdict")
+    first_selected = page.url.split("jobs=")[1].split(",")[0]
+    verdict = page.locator(".verdict").inner_text()
+    assert verdict.startswith("no significant difference")
+    assert "4 lost, 4 gained" in verdict
+    gained = page.locator(".comparison .gained").inner_text()
+    lost = page.locator(".comparison .lost").inner_text()
+    a_won, b_won = (TASKS[:4], TASKS[5:]) if first_selected == "first5" else (TASKS[5:],
+                                                                           TASKS[:4])
+    assert sorted(gained.split(", ")) == b_won and sorted(lost.split(", ")) == a_won
+    page.click("#flips-only")
+    assert page.locator("table.data").last.locator("tbody tr").count() == 8
+    shot(tab, artifacts, "07-compare")
+    assert tab.errors == []
+
+
+def test_comparison_page_says_a_real_difference_is_significant(viewer, tab, artifacts):
+    page = tab.page
+    page.goto(f"{viewer}#/compare?jobs=solver,giveup")
+    page.wait_for_selector(".verdict.sig")
+    text = page.locator(".verdict").inner_text()
+    assert text.startswith("solver is better than giveup") and "p = 0.00391" in text
+    shot(tab, artifacts, "08-compare-significant")
+    assert tab.errors == []
+
+
+@pytest.mark.slow
+def test_a_10k_step_trajectory_opens_fast_and_pages_to_the_end(tmp_path, tab, artifacts):
+    job = tmp_path / "jobs" / "big"
+    write_config(job, ["huge"])
+    write_builtin_trial(job / "huge__1", 10_000, output_bytes=5_000)
+    write_result(job, "huge", reward=0.0)
+    size = sum(p.stat().st_size for p in (job / "huge__1").rglob("*.jsonl"))
+    assert size > 100_000_000
+    page = tab.page
+    with viewer_process(job.parent) as url:
+        started = time.monotonic()
+        page.goto(f"{url}#/job/big/trial/huge__1")
+        page.wait_for_selector(".step.k-tool")
+        first_paint = time.monotonic() - started
+        assert first_paint < 10, f"first page took {first_paint:.1f}s"
+        assert page.locator(".step").count() < 400  # one page, not the whole log
+        started = time.monotonic()
+        page.click("text=jump to the end")
+        page.wait_for_selector("text=All done.")
+        assert time.monotonic() - started < 5
+        page.click("text=load earlier")
+        page.wait_for_function("document.querySelectorAll('.step').length > 150")
+        assert_steps_unique(tab)
+        shot(tab, artifacts, "09-big-trajectory-end", full_page=False)
+    assert tab.errors == []
+
+
+def test_a_running_job_refreshes_as_trials_finish(tmp_path, tab, artifacts):
+    job = tmp_path / "jobs" / "live"
+    write_config(job, ["alpha", "beta"])
+    write_result(job, "alpha", reward=1.0)
+    running = job / "beta__1"
+    (running / "trajectory").mkdir(parents=True)
+    (running / "trial.log").write_text("phase agent started\n")
+    messages = [{"role": "system", "content": "sys"}, {"role": "user", "content": "go"}]
+    log = running / "trajectory" / "llm_trajectory.jsonl"
+    log.write_text(json.dumps(chat_exchange(1, messages, {
+        "role": "assistant", "content": "step one", "tool_calls": [
+            {"id": "c1", "type": "function",
+             "function": {"name": "bash", "arguments": "{\"command\": \"ls\"}"}}]})) + "\n")
+    page = tab.page
+    with viewer_process(job.parent) as url:
+        page.goto(f"{url}#/job/live")
+        page.wait_for_selector("#live:not([hidden])")
+        assert "running" in page.locator("table.data tbody").inner_text()
+        page.goto(f"{url}#/job/live/trial/beta__1")
+        page.wait_for_selector("text=step one")
+        with log.open("a") as fh:  # the agent goes on: a new exchange lands
+            fh.write(json.dumps(chat_exchange(2, [messages[1], {
+                "role": "assistant", "content": "step one", "tool_calls": [
+                    {"id": "c1", "type": "function", "function": {
+                        "name": "bash", "arguments": "{}"}}]},
+                {"role": "tool", "tool_call_id": "c1", "content": "file-a"}], {
+                "role": "assistant", "content": "step two"})) + "\n")
+        page.wait_for_selector("text=step two", timeout=10_000)
+        assert "file-a" in page.locator(".step.k-tool").last.inner_text()
+        assert_steps_unique(tab)
+        page.goto(f"{url}#/job/live")
+        page.wait_for_selector("table.data tbody")
+        write_result(job, "beta", reward=0.0)  # the trial finishes
+        page.wait_for_function(
+            "!document.querySelector('table.data tbody').innerText.includes('running')",
+            timeout=10_000)
+        assert "failed" in page.locator("table.data tbody").inner_text()
+        shot(tab, artifacts, "10-live-job")
+    assert tab.errors == []
