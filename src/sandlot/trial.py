@@ -210,6 +210,7 @@ async def run_trial(plan: TrialPlan, settings: TrialSettings, backend: SandboxBa
                 # ...and its key dies with them: nothing after may call the model.
                 if session is not None:
                     await settings.gateway.close_trial(session)
+        await _record_workspace_diff(sandbox, task.workdir, plan.dir / "agent", clock)
         with clock.phase("verify"):
             live.set_phase("verifying…")
             try:
@@ -256,6 +257,21 @@ async def run_trial(plan: TrialPlan, settings: TrialSettings, backend: SandboxBa
     if cancelled is not None:
         raise cancelled
     return result
+
+
+async def _record_workspace_diff(sandbox: Any, workdir: str, out_dir: Path,
+                                 clock: _PhaseClock) -> None:
+    """agent/workspace.diff: what the agent changed in its workdir (backends that can)."""
+    diff = getattr(sandbox, "diff", None)
+    if diff is None:
+        return
+    try:
+        text = await diff(workdir)
+    except Exception as exc:
+        clock.log(f"workspace diff failed: {exc}")
+        return
+    out_dir.mkdir(parents=True, exist_ok=True)
+    write_atomic(out_dir / "workspace.diff", text)
 
 
 async def _close_agent(agent: Any, ctx: AgentContext, clock: _PhaseClock) -> None:

@@ -75,6 +75,20 @@ def _mask_layer(root: Path, masks: list[Path], files: list[Path] = ()) -> None: 
             target.touch(mode=0o600)
 
 
+def _read_lines(path: Path, limit: int = 2_000_000) -> list[str] | None:
+    """A text file's lines for a diff; None for binary or huge files."""
+    try:
+        data = path.read_bytes()[: limit + 1]
+    except OSError:
+        return []
+    if len(data) > limit or b"\0" in data:
+        return None
+    try:
+        return data.decode().splitlines(keepends=True)
+    except UnicodeDecodeError:
+        return None
+
+
 async def _feed(pipe: asyncio.StreamWriter | None, data: bytes | None) -> None:
     if pipe is None:
         return
@@ -485,6 +499,47 @@ class LocalSandbox:
     async def changes(self) -> list[Change] | None:
         ignore = set(getattr(self, "_setup_paths", set())) | {"/etc/resolv.conf"}
         return await asyncio.to_thread(walk_upper, self._upper, self._bases(), ignore)
+
+    async def diff(self, folder: str, max_files: int = 500,
+                   max_bytes: int = 1_000_000) -> str:
+        """A unified diff of what the trial changed under `folder` against the environment
+        (its build layer, else the host's root): the workspace diff a reviewer reads."""
+        changes = await self.changes() or []
+        prefix = folder.rstrip("/") + "/"
+        paths = sorted(c.path for c in changes if c.path.startswith(prefix))
+        # Files created inside masked folders (e.g. a workdir under /tmp) are not listed by
+        # changes(); walk the folder itself when it lies in one.
+        return await asyncio.to_thread(self._diff_paths, folder, paths, max_files, max_bytes)
+
+    def _diff_paths(self, folder: str, paths: list[str], max_files: int,
+                    max_bytes: int) -> str:
+        import difflib
+
+        if not paths:
+            root = self.host_path(folder)
+            if root.is_dir():
+                paths = sorted("/" + str(p.relative_to(self.host_path("/")))
+                               for p in root.rglob("*") if p.is_file() and not p.is_symlink())
+        out: list[str] = []
+        size = 0
+        for path in paths[:max_files]:
+            current = self.host_path(path)
+            original = next((b / path.lstrip("/") for b in self._bases()
+                             if (b / path.lstrip("/")).is_file()), None)
+            old = _read_lines(original) if original is not None else []
+            new = _read_lines(current) if current.is_file() else []
+            if old is None or new is None:
+                out.append(f"Binary files a{path} and b{path} differ\n")
+                continue
+            out.extend(difflib.unified_diff(old, new, f"a{path}" if original else "/dev/null",
+                                            f"b{path}" if current.exists() else "/dev/null"))
+            size = sum(len(x) for x in out)
+            if size > max_bytes:
+                out.append(f"[diff truncated at {max_bytes} bytes]\n")
+                break
+        if len(paths) > max_files:
+            out.append(f"[{len(paths) - max_files} more changed files not shown]\n")
+        return "".join(out)
 
     @override
     async def restore(self, remote: str) -> None:
