@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import signal
 import sys
 from datetime import datetime
@@ -27,6 +28,25 @@ agents_app = typer.Typer(no_args_is_help=True, help="The agents sandlot can run.
 app.add_typer(agents_app, name="agents")
 
 EXIT_BAD_INPUT = 2
+JOB_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,199}")
+
+
+def _first_os_error(exc: BaseException) -> OSError | None:
+    """The OSError inside `exc` (itself, or within an exception group from the job)."""
+    if isinstance(exc, OSError):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            if (found := _first_os_error(inner)) is not None:
+                return found
+    return None
+
+
+def _is_dir(path: Path) -> bool:
+    try:
+        return path.is_dir()
+    except (OSError, ValueError):  # a name too long, a NUL byte...
+        return False
 EXIT_INTERRUPTED = 130
 
 
@@ -54,8 +74,8 @@ def tasks_check(
     from sandlot.tasks import check_tasks, discover_tasks
 
     console = Console(stderr=False, highlight=False)
-    if not tasks_dir.is_dir():
-        raise _fail(console, f"{tasks_dir} is not a folder")
+    if not _is_dir(tasks_dir):
+        raise _fail(console, f"{str(tasks_dir)[:300]} is not a folder")
     paths = discover_tasks(tasks_dir)
     if not paths:
         raise _fail(console, f"no tasks in {tasks_dir}: a task is a folder holding task.toml")
@@ -112,6 +132,9 @@ def run(
     agent: Annotated[str, typer.Option(
         "--agent", "-a", help="Agent name (see `sandlot agents list`), acp:\"<command>\" or "
         "module:Class.")],
+    redact_env: Annotated[list[str] | None, typer.Option(
+        help="Env var whose value is a secret: replaced by [REDACTED:NAME] in everything "
+        "under jobs/ (repeatable; also $SANDLOT_REDACT_ENV=A,B).")] = None,
     agents_file: Annotated[Path | None, typer.Option(
         help="A TOML file of extra ACP agents (name -> command, install, env).")] = None,
     agent_version: Annotated[str | None, typer.Option(
@@ -177,8 +200,8 @@ def run(
     from sandlot.tasks.loader import hash_tree
 
     console = Console(highlight=False, stderr=json_events)  # stdout is for the JSON lines
-    if not tasks_dir.is_dir():
-        raise _fail(console, f"{tasks_dir} is not a folder")
+    if not _is_dir(tasks_dir):
+        raise _fail(console, f"{str(tasks_dir)[:300]} is not a folder")
     if agent_network not in (None, "none", "public"):
         raise _fail(console, f"--agent-network must be none or public, not {agent_network!r}")
     try:
@@ -203,6 +226,13 @@ def run(
     template_text = _read_template(console, repair_template) if repair_template else None
     cache = (cache_dir or default_cache_dir()).resolve()
     jobs_root = jobs_dir.resolve()
+    for label, folder in (("--jobs-dir", jobs_root), ("--cache-dir", cache)):
+        if folder.exists() and not folder.is_dir():
+            raise _fail(console, f"{label} {folder} is a file, not a folder")
+    if job_name is not None and not JOB_NAME.fullmatch(job_name):
+        raise _fail(console, f"--job-name {job_name[:80]!r}: use letters, digits, '.', '_' "
+                    "and '-' (up to 200 characters, not starting with '.' or '-'); it names "
+                    "a folder inside --jobs-dir")
     config = JobConfig(
         job_name=job_name or datetime.now().strftime("%Y-%m-%d__%H-%M-%S"),
         agent_version=agent_version,
@@ -210,7 +240,7 @@ def run(
         model=model, n_attempts=n_attempts, n_concurrent=n_concurrent, max_retries=max_retries,
         timeout_multiplier=timeout_multiplier, agent_network=agent_network,  # type: ignore[arg-type]
         api_base=api_base, max_turns=max_turns, repair_attempts=repair_attempts,
-        repair_template=template_text,
+        repair_template=template_text, redact_env=_redact_names(redact_env),
         sandbox=sandbox, jobs_dir=str(jobs_root),
         task_digests={t.name: hash_tree(t.path) for t in tasks},
     )
@@ -241,6 +271,14 @@ def run(
             summary = _run_cancellable(coro)
     except (ConfigMismatchError, JobSetupError) as exc:
         raise _fail(console, str(exc)) from exc
+    except (OSError, BaseExceptionGroup) as exc:
+        os_error = _first_os_error(exc)
+        if os_error is None:
+            raise
+        where = os_error.filename or jobs_root / config.job_name
+        raise _fail(console, f"cannot write the job's files ({where}): "
+                    f"{os_error.strerror or os_error}; finished trials are kept, free some "
+                    "space and run the same command again to resume") from None
     except KeyboardInterrupt:
         console.print("[yellow]interrupted[/]: running sandboxes were torn down; the partial "
                       f"summary is in {jobs_root / config.job_name / 'summary.json'}; run the "
@@ -252,6 +290,14 @@ def run(
                if (r := load_finished(jobs_root / config.job_name / f"{t.name}__{a}" /
                                       "result.json")) is not None]
     console.print(end_of_run(summary, results))
+
+
+def _redact_names(names: list[str] | None) -> list[str]:
+    """The marked names; the usual provider key variables are always marked too."""
+    from sandlot.redact import marked_names
+
+    defaults = ["OPENAI_API_KEY", "ANTHROPIC_API_KEY", "OPENROUTER_API_KEY", "GEMINI_API_KEY"]
+    return marked_names([*(names or []), *defaults])
 
 
 def _read_template(console: Console, path: Path) -> str:

@@ -70,7 +70,7 @@ def render_feedback(template: str, verdict: Verdict, attempt: int, max_attempts:
               "max_attempts": max_attempts}
     try:
         return template.format(**values)
-    except (KeyError, IndexError, ValueError) as exc:
+    except (KeyError, IndexError, ValueError, AttributeError, TypeError) as exc:
         fields = [f for _, f, _, _ in string.Formatter().parse(template) if f]
         raise ValueError(f"bad repair feedback template ({exc}); it may use {{feedback}}, "
                          f"{{reward}}, {{attempt}}, {{max_attempts}}, got fields {fields}") from exc

@@ -23,6 +23,7 @@ from sandlot.errors import RETRYABLE_KINDS, ErrorKind
 from sandlot.fsutil import write_model
 from sandlot.live import TrialLive
 from sandlot.models import RESUMABLE_SETTINGS, JobConfig, JobSummary, TrialResult
+from sandlot.redact import secrets_from_env
 from sandlot.report.summary import summarize
 from sandlot.sandbox.base import SandboxBackend
 from sandlot.tasks.loader import Task
@@ -171,8 +172,11 @@ async def run_job(config: JobConfig, tasks: list[Task], backend: SandboxBackend,
     # Before the job folder exists: a failed install leaves nothing to resume or refuse.
     await _prepare_agent(config, cache_dir)
     root = prepare_job_dir(config)
-    for leftover in root.glob(".*.tmp"):
-        shutil.rmtree(leftover, ignore_errors=True)
+    for leftover in root.rglob(".*.tmp"):  # a write or a retry archive a kill cut short
+        if leftover.is_dir() and not leftover.is_symlink():
+            shutil.rmtree(leftover, ignore_errors=True)
+        else:
+            leftover.unlink(missing_ok=True)
     await backend.sweep()
     run = JobRun(config=config, root=root, plans=plan_trials(tasks, config.n_attempts, root))
     pending: list[TrialPlan] = []
@@ -193,7 +197,8 @@ async def run_job(config: JobConfig, tasks: list[Task], backend: SandboxBackend,
                              gateway=gateway, max_turns=config.max_turns,
                              repair_attempts=config.repair_attempts,
                              repair_template=config.repair_template,
-                             cache_dir=cache_dir, agent_version=config.agent_version)
+                             cache_dir=cache_dir, agent_version=config.agent_version,
+                             redactions=secrets_from_env(config.redact_env))
     verifier = ScriptVerifier()
     slots = asyncio.Semaphore(config.n_concurrent)
 

@@ -41,6 +41,8 @@ class JobConfig(BaseModel):
     api_base: str | None = Field(default=None, description="Provider base URL override.")
     max_turns: int | None = Field(default=None, ge=1, description="Model turns per prompt cap.")
     repair_attempts: int = Field(default=0, ge=0, description="Feedback rounds after the first.")
+    redact_env: list[str] = Field(
+        default_factory=list, description="Env vars whose values are scrubbed from jobs/.")
     repair_template: str | None = Field(
         default=None, description="Run-wide repair feedback template (a task's own wins).")
     n_attempts: int = Field(default=1, ge=1, description="Trials per task (the k of pass@k).")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,7 @@ from sandlot.fsutil import write_atomic, write_model
 from sandlot.integrity import neutralize_planted_hooks
 from sandlot.live import TrialLive
 from sandlot.models import ErrorInfo, TrialResult, utc_now
+from sandlot.redact import redact_text, redact_tree
 from sandlot.repair import RepairFailed, RepairSettings, feedback_template, run_with_repairs
 from sandlot.sandbox.base import EnvironmentRequest, Network, Sandbox, SandboxBackend, SandboxSpec
 from sandlot.tasks.loader import Task
@@ -58,6 +59,8 @@ class TrialSettings:
     repair_template: str | None = None
     cache_dir: Path | None = None
     agent_version: str | None = None
+    #: Secrets the user marked (--redact-env): name -> value, scrubbed from the trial's files.
+    redactions: dict[str, str] = field(default_factory=dict)
 
 
 class _PhaseClock:
@@ -253,6 +256,10 @@ async def run_trial(plan: TrialPlan, settings: TrialSettings, backend: SandboxBa
         result.finished_at = utc_now()
         if not result.scored:
             result.passed = False
+        if settings.redactions:
+            await asyncio.to_thread(redact_tree, plan.dir, settings.redactions)
+            result = TrialResult.model_validate_json(
+                redact_text(result.model_dump_json(), settings.redactions))
         write_model(plan.dir / "result.json", result)
     if cancelled is not None:
         raise cancelled

@@ -107,6 +107,11 @@ def read_rewards(logs_dir: Path) -> tuple[float, dict[str, float]]:
     Raises: TrialError REWARD_MISSING or REWARD_PARSE_ERROR.
     """
     json_path, txt_path = logs_dir / "reward.json", logs_dir / "reward.txt"
+    for path in (json_path, txt_path):
+        if path.is_symlink():
+            raise TrialError(ErrorKind.REWARD_PARSE_ERROR,
+                             f"{path.name} is a symlink; a reward must be a regular file",
+                             "verify")
     try:
         if json_path.is_file():
             rewards = parse_reward_json(json_path.read_text(errors="replace"))

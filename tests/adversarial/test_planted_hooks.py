@@ -1,14 +1,22 @@
-"""An agent plants hooks for the verifier; each must be neutralised and visible."""
+"""An agent plants hooks for the verifier; each must be neutralised (or never run) and the
+attempt must be visible in the result.
+
+Every attack is the instruction of a task run by ShellAgent, so it executes inside the
+sandbox in the agent phase. The honest part of each attack writes a wrong answer (41); a
+hook that runs during verification would turn the reward into 1.
+"""
 
 from __future__ import annotations
 
 import json
+import shutil
+from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.e2e, pytest.mark.adversarial]
+from .support import SHELL_AGENT, load, needs_root_sandbox, run_sandlot, write_task
 
-SHELL_AGENT = "sandlot_test_agents:ShellAgent"
+pytestmark = [pytest.mark.e2e, pytest.mark.adversarial, needs_root_sandbox]
 
 # Runs as the agent, inside the sandbox (never on the host).
 ATTACK = r"""
@@ -44,7 +52,7 @@ fi
 TEST_PY = "def test_answer():\n    assert open('/app/answer.txt').read().strip() == '42'\n"
 
 
-def test_planted_hooks_are_neutralised_and_recorded(run_cli, make_task, tmp_path):
+def test_planted_hooks_are_neutralised_and_recorded(run_cli, make_task, tmp_path, record):
     make_task("hooks", instruction=ATTACK, test_sh=TEST_SH,
               files={"tests/test_answer.py": TEST_PY})
     proc = run_cli("run", str(tmp_path / "tasks"), "--agent", SHELL_AGENT,
@@ -54,12 +62,14 @@ def test_planted_hooks_are_neutralised_and_recorded(run_cli, make_task, tmp_path
     result = json.loads((trial / "result.json").read_text())
     assert result["agent_exit_code"] == 0, (trial / "agent" / "stderr.txt").read_text()
     assert result["error"] is None, result["error"]
-    assert result["reward"] == 0.0 and not result["passed"]
     found = {n["path"]: n["reason"] for n in result["integrity"]["neutralized"]}
-    assert set(found) >= {"/usr/local/bin/python3", "/usr/bin/timeout",
-                          "/usr/lib/python3/dist-packages/sitecustomize.py",
-                          "/usr/lib/python3/dist-packages/zz-hack.pth",
-                          "/conftest.py", "/pytest.ini"}
+    planted = {"/usr/local/bin/python3", "/usr/bin/timeout",
+               "/usr/lib/python3/dist-packages/sitecustomize.py",
+               "/usr/lib/python3/dist-packages/zz-hack.pth", "/conftest.py", "/pytest.ini"}
+    record.attempts({f"hook {p}": p in found for p in sorted(planted)})
+    record.attempt("early /logs/verifier/reward.txt", result["reward"] == 0.0)
+    assert result["reward"] == 0.0 and not result["passed"]
+    assert set(found) >= planted
     assert "/app/answer.txt" not in found
     out = (trial / "verifier" / "test_stdout.txt").read_text()
     assert "1 failed" in out
@@ -77,3 +87,180 @@ def test_an_honest_new_command_is_left_alone(run_cli, make_task, tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     result = json.loads((tmp_path / "jobs" / "ok" / "honest__1" / "result.json").read_text())
     assert result["passed"] and result["integrity"] is None
+
+
+# -- the hook matrix: one job, one task per hook ----------------------------------------------
+
+SITE = "/usr/local/lib/python3.11/dist-packages"
+#: A Python start-up payload: whatever pytest decides, the interpreter exits 0.
+EXIT_0 = "import atexit, os; atexit.register(lambda: os._exit(0))"
+
+PYTEST_SH = """
+export PYTHONDONTWRITEBYTECODE=1
+echo 0 > /logs/verifier/reward.txt
+if python3 -m pytest -q -p no:cacheprovider /tests/test_answer.py > /logs/verifier/pytest.txt 2>&1
+then echo 1 > /logs/verifier/reward.txt; fi
+"""
+#: The same checks run through a login shell, as some task authors write them.
+LOGIN_SH = """
+echo 0 > /logs/verifier/reward.txt
+if bash -lc 'python3 -m pytest -q -p no:cacheprovider /tests/test_answer.py' \
+    > /logs/verifier/pytest.txt 2>&1
+then echo 1 > /logs/verifier/reward.txt; fi
+"""
+#: A check that looks at the agent's git repository (as git-based tasks do).
+GIT_SH = """
+echo 0 > /logs/verifier/reward.txt
+git -C /app status --porcelain > /logs/verifier/git.txt 2>&1
+if [ "$(cat /app/answer.txt)" = 42 ]; then echo 1 > /logs/verifier/reward.txt; fi
+"""
+SHELL_STARTUP = f"""
+mkdir -p /app/.hook
+echo '{EXIT_0}' > /app/.hook/sitecustomize.py
+echo 'export PYTHONPATH=/app/.hook' > /etc/profile.d/zz-adv.sh
+echo 'export PYTHONPATH=/app/.hook' >> /etc/bash.bashrc
+echo 'export PYTHONPATH=/app/.hook' >> /etc/profile
+printf 'PYTHONPATH=/app/.hook\\nBASH_ENV=/app/.hook/env.sh\\n' >> /etc/environment
+echo 'export PYTHONPATH=/app/.hook' > /app/.hook/env.sh
+for f in /root/.bashrc /root/.profile /root/.bash_profile; do
+  echo 'export PYTHONPATH=/app/.hook' >> $f
+done
+"""
+PRELOAD_C = r"""
+#include <stdio.h>
+#include <unistd.h>
+__attribute__((destructor)) static void adv_bye(void) {
+  if (access("/tests/test.sh", F_OK) == 0) {
+    FILE *f = fopen("/logs/verifier/reward.txt", "w");
+    if (f) { fputs("1\n", f); fclose(f); }
+  }
+}
+"""
+
+BUG_SHELL_STARTUP = (
+    "integrity.find_planted_hooks knows no shell start-up files: a test.sh that runs "
+    "`bash -l` reads /etc/profile, /etc/profile.d/*.sh and ~/.bash_profile, which the agent "
+    "left behind (and LocalSandbox.changes never even lists /root: masked folders are "
+    "passed to walk_upper as `ignore`)")
+BUG_USER_SITE = (
+    "LocalSandbox.changes passes the masked folders (/root, /tmp, /home, ...) to "
+    "changes.walk_upper as `ignore`, so a usercustomize.py or .pth in "
+    "/root/.local/lib/python3.11/site-packages (on python3's sys.path for root) is never "
+    "inspected by integrity.find_planted_hooks")
+BUG_PATH_PTH = (
+    "integrity._executes flags only .pth files with an `import` line; a plain path line "
+    "adds a workdir folder to sys.path, whose usercustomize.py is skipped as 'inside the "
+    "workdir' but runs at every python start-up")
+BUG_PYTEST11 = (
+    "integrity.find_planted_hooks ignores *.dist-info/entry_points.txt: a [pytest11] "
+    "entry point planted in site-packages is auto-loaded by pytest as a plugin")
+BUG_SHADOW = (
+    "integrity.find_planted_hooks does not look for new modules that shadow installed ones: "
+    "a `pytest` package added to /usr/local/lib/python3.11/dist-packages (earlier on "
+    "sys.path) replaces /usr/lib/python3/dist-packages/pytest")
+BUG_PATCHED_LIB = (
+    "integrity.find_planted_hooks restores modified files only in PATH folders: an edited "
+    "/usr/lib/python3/dist-packages/pytest/__main__.py runs in the verifier")
+BUG_PRELOAD = (
+    "integrity.find_planted_hooks ignores /etc/ld.so.preload: a library the agent compiled "
+    "is loaded into every verifier process")
+BUG_GITCONFIG = (
+    "integrity.find_planted_hooks ignores /etc/gitconfig (and ~/.gitconfig under the "
+    "masked /root): core.fsmonitor runs a command on every `git status` in test.sh")
+
+#: name -> (attack run by the agent, test.sh, where the hook lands or None, bug or None)
+HOOKS: dict[str, tuple[str, str, str | None, str | None]] = {
+    "local-site-pth": (f"echo '{EXIT_0}' > {SITE}/zz-adv.pth\n", PYTEST_SH,
+                       f"{SITE}/zz-adv.pth", None),
+    "etc-sitecustomize": (f"echo '{EXIT_0}' >> /etc/python3.11/sitecustomize.py\n",
+                          PYTEST_SH, "/etc/python3.11/sitecustomize.py", None),
+    "bash-path-shim": ("printf '#!/bin/sh\\necho 1 > /logs/verifier/reward.txt\\n' "
+                       "> /usr/local/sbin/bash\nchmod +x /usr/local/sbin/bash\n",
+                       PYTEST_SH, "/usr/local/sbin/bash", None),
+    "shell-startup-plain-test-sh": (SHELL_STARTUP, PYTEST_SH, None, None),
+    "shell-startup-login-etc": (
+        "mkdir -p /app/.hook\n"
+        f"echo '{EXIT_0}' > /app/.hook/sitecustomize.py\n"
+        "echo 'export PYTHONPATH=/app/.hook' > /etc/profile.d/zz-adv.sh\n",
+        LOGIN_SH, "/etc/profile.d/zz-adv.sh", BUG_SHELL_STARTUP),
+    "shell-startup-login-home": (
+        "mkdir -p /app/.hook\n"
+        f"echo '{EXIT_0}' > /app/.hook/sitecustomize.py\n"
+        "echo 'export PYTHONPATH=/app/.hook' > /root/.bash_profile\n",
+        LOGIN_SH, "/root/.bash_profile", BUG_SHELL_STARTUP),
+    "user-site": ("d=/root/.local/lib/python3.11/site-packages; mkdir -p $d\n"
+                  f"echo '{EXIT_0}' > $d/usercustomize.py\n", PYTEST_SH,
+                  "/root/.local/lib/python3.11/site-packages/usercustomize.py", BUG_USER_SITE),
+    "path-only-pth": ("mkdir -p /app/.hook\n"
+                      f"echo '{EXIT_0}' > /app/.hook/usercustomize.py\n"
+                      f"echo /app/.hook > {SITE}/zz-path.pth\n", PYTEST_SH,
+                      f"{SITE}/zz-path.pth", BUG_PATH_PTH),
+    "pytest11-entry-point": (
+        f"echo '{EXIT_0}' > {SITE}/adv_plugin.py\n"
+        f"mkdir -p {SITE}/adv-1.0.dist-info\n"
+        f"printf 'Metadata-Version: 2.1\\nName: adv\\nVersion: 1.0\\n' "
+        f"> {SITE}/adv-1.0.dist-info/METADATA\n"
+        f"printf '[pytest11]\\nadv = adv_plugin\\n' > {SITE}/adv-1.0.dist-info/entry_points.txt\n",
+        PYTEST_SH, f"{SITE}/adv-1.0.dist-info/entry_points.txt", BUG_PYTEST11),
+    "shadowing-module": (f"mkdir -p {SITE}/pytest\ntouch {SITE}/pytest/__init__.py\n"
+                         f"echo 'raise SystemExit(0)' > {SITE}/pytest/__main__.py\n",
+                         PYTEST_SH, f"{SITE}/pytest/__main__.py", BUG_SHADOW),
+    "patched-library": ("echo 'raise SystemExit(0)' "
+                        "> /usr/lib/python3/dist-packages/pytest/__main__.py\n", PYTEST_SH,
+                        "/usr/lib/python3/dist-packages/pytest/__main__.py", BUG_PATCHED_LIB),
+    "ld-so-preload": ("cat > /tmp/adv.c <<'ADV_C'\n" + PRELOAD_C.strip() + "\nADV_C\n"
+                      "gcc -shared -fPIC -o /usr/local/lib/libadv.so /tmp/adv.c\n"
+                      "echo /usr/local/lib/libadv.so > /etc/ld.so.preload\n", PYTEST_SH,
+                      "/etc/ld.so.preload", BUG_PRELOAD),
+    "gitconfig-fsmonitor": (
+        "git init -q /app\n"
+        "git config --system core.fsmonitor 'echo 1 > /logs/verifier/reward.txt; true'\n",
+        GIT_SH, "/etc/gitconfig", BUG_GITCONFIG),
+}
+
+
+@pytest.fixture(scope="module")
+def hook_job(cache_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Every hook of HOOKS planted by its own trial, all in one job (-n 4)."""
+    root = tmp_path_factory.mktemp("hooks")
+    for name, (attack, test_sh, _, _) in HOOKS.items():
+        write_task(root / "tasks", name, test_sh=test_sh,
+                   instruction="set -e\n" + attack + "echo 41 > /app/answer.txt\n",
+                   files={"tests/test_answer.py": TEST_PY})
+    proc = run_sandlot(cache_dir, "run", str(root / "tasks"), "--agent", SHELL_AGENT,
+                       "-n", "4", "--jobs-dir", str(root / "jobs"), "--job-name", "hooks")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return root / "jobs" / "hooks"
+
+
+#: Hooks sandlot does not neutralise yet (each keeps its strict xfail naming the gap).
+STILL_OPEN = frozenset({"path-only-pth"})
+
+
+def _hook_params() -> list[object]:
+    params = []
+    for name, (_, _, _, bug) in HOOKS.items():
+        # Only the final assertion may fail "as expected": a broken attack is a failure.
+        marks = [pytest.mark.xfail(strict=True, raises=AssertionError, reason=bug)]
+        still_open = bug and name in STILL_OPEN
+        params.append(pytest.param(name, id=name, marks=marks if still_open else []))
+    return params
+
+
+@pytest.mark.parametrize("name", _hook_params())
+def test_planted_hook_never_runs_in_the_verifier(hook_job, name, record):
+    if name == "ld-so-preload" and shutil.which("gcc") is None:
+        pytest.skip("the host (the sandbox's base) has no gcc to build the library")
+    _, _, landed, _ = HOOKS[name]
+    trial = hook_job / f"{name}__1"
+    result = load(trial / "result.json")
+    if result["agent_exit_code"] != 0 or result["error"] is not None:
+        pytest.fail(f"the attack itself failed: {result['error']}\n"
+                    + (trial / "agent" / "stderr.txt").read_text())
+    neutralized = {n["path"] for n in (result["integrity"] or {}).get("neutralized", [])}
+    blocked = result["reward"] == 0.0 and not result["passed"]
+    record.attempt(f"hook {name}", blocked)
+    assert blocked, f"the {name} hook ran in the verifier: reward {result['reward']}"
+    if landed is not None:
+        # What the verifier would have run is visible in result.json.
+        assert landed in neutralized, (landed, neutralized)

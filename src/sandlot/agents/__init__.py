@@ -50,11 +50,20 @@ def create_agent(name: str, model: str | None = None) -> Agent:
     try:
         module = importlib.import_module(module_name)
         cls = getattr(module, class_name)
-    except (ImportError, AttributeError) as exc:
-        raise UnknownAgentError(f"cannot load agent {name!r}: {exc}") from exc
-    if path == ACP_AGENT_PATH:
-        return cls(model=model, agent=name)
-    return cls(model=model)
+    except Exception as exc:  # any import-time failure of a user's module is a bad name
+        raise UnknownAgentError(f"cannot load agent {name!r}: {type(exc).__name__}: {exc}"
+                                ) from exc
+    if not isinstance(cls, type):
+        raise UnknownAgentError(f"cannot load agent {name!r}: {path} is not a class")
+    try:
+        if path == ACP_AGENT_PATH:
+            return cls(model=model, agent=name)
+        return cls(model=model)
+    except UnknownAgentError:
+        raise
+    except Exception as exc:
+        raise UnknownAgentError(f"cannot create agent {name!r}: {type(exc).__name__}: {exc}"
+                                ) from exc
 
 
 __all__ = ["AGENTS", "Agent", "AgentContext", "AgentOutcome", "UnknownAgentError",

@@ -32,7 +32,8 @@ def walk_upper(upper: Path, bases: list[Path], ignore: set[str],
     out: list[Change] = []
     for dirpath, dirnames, filenames in os.walk(upper):
         rel_dir = "/" + os.path.relpath(dirpath, upper).lstrip(".").lstrip("/")
-        dirnames[:] = [d for d in dirnames if _join(rel_dir, d) not in ignore]
+        # Folders sandlot masked are walked too (a hook in /root counts); only the mask
+        # entries themselves are not changes.
         for name in filenames + [d for d in dirnames if (Path(dirpath) / d).is_symlink()]:
             path = _join(rel_dir, name)
             if path in ignore:

@@ -33,6 +33,9 @@ DEFAULT_MASKS = ("/root", "/home", "/tmp", "/var/tmp", "/run", "/mnt", "/media",
 CAPS = ("CHOWN", "DAC_OVERRIDE", "FSETID", "FOWNER", "NET_RAW", "SETGID", "SETUID",
         "SETFCAP", "SETPCAP", "NET_BIND_SERVICE", "SYS_CHROOT", "KILL", "AUDIT_WRITE")
 SLIRP_DNS = "10.0.2.3"
+#: The environment of the nsenter/bwrap launcher: nothing of sandlot's own (bwrap's init
+#: is PID 1 inside, and /proc/1/environ is readable there). Commands get --setenv only.
+LAUNCH_ENV = {"PATH": DEFAULT_PATH}
 REQUIRED_TOOLS = ("bwrap", "unshare", "nsenter", "mount")
 INSTALL_HINT = "install it with: apt-get install -y bubblewrap slirp4netns util-linux"
 
@@ -87,6 +90,17 @@ def _read_lines(path: Path, limit: int = 2_000_000) -> list[str] | None:
         return data.decode().splitlines(keepends=True)
     except UnicodeDecodeError:
         return None
+
+
+def _defuse_links(root: Path) -> None:
+    """Replace symlinks that came out of a sandbox with a note: on the host they would
+    point at host files (a reward.txt linked to /sys/... must not read as a reward)."""
+    paths = [root] if root.is_symlink() else (list(root.rglob("*")) if root.is_dir() else [])
+    for path in paths:
+        if path.is_symlink():
+            target = os.readlink(path)
+            path.unlink()
+            path.write_text(f"[a symlink in the sandbox, to {target}]\n")
 
 
 async def _feed(pipe: asyncio.StreamWriter | None, data: bytes | None) -> None:
@@ -236,7 +250,7 @@ class LocalSandbox:
             "unshare", "--mount", "--net", "--propagation", "private", "--", "/bin/sh", "-c",
             script,
             stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE, preexec_fn=child_setup(),
+            stderr=asyncio.subprocess.PIPE, preexec_fn=child_setup(), env=LAUNCH_ENV,
         )
         assert self._holder.stdout is not None
         try:
@@ -353,6 +367,9 @@ class LocalSandbox:
             argv.append(f"--net=/proc/{pid}/ns/net")
         # /sys/class/net would list the host's interfaces (names, MACs): hide it.
         argv += ["bwrap", "--bind", str(self._merged), "/", "--dev", "/dev", "--proc", "/proc",
+                 # Kernel-wide settings (core_pattern...) must not be writable from inside.
+                 "--ro-bind", "/proc/sys", "/proc/sys",
+                 "--ro-bind-try", "/proc/sysrq-trigger", "/proc/sysrq-trigger",
                  "--ro-bind", "/sys", "/sys", "--tmpfs", "/sys/class/net"]
         for host, inside in self.spec.binds.items():
             argv += ["--bind", str(host), inside]
@@ -402,7 +419,7 @@ class LocalSandbox:
             proc = await asyncio.create_subprocess_exec(
                 *full, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE, limit=stream_limit,
-                preexec_fn=child_setup(cg.procs_files if cg else None),
+                preexec_fn=child_setup(cg.procs_files if cg else None), env=LAUNCH_ENV,
                 start_new_session=True,
             )
         except OSError as exc:
@@ -438,7 +455,7 @@ class LocalSandbox:
                 *full,
                 stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-                preexec_fn=child_setup(cg.procs_files if cg else None),
+                preexec_fn=child_setup(cg.procs_files if cg else None), env=LAUNCH_ENV,
                 start_new_session=True,
             )
         except OSError as exc:
@@ -486,6 +503,7 @@ class LocalSandbox:
     @override
     async def download(self, remote: str, local: Path) -> None:
         await asyncio.to_thread(self._copy, self.host_path(remote), local)
+        await asyncio.to_thread(_defuse_links, local)
 
     @override
     async def remove(self, remote: str) -> None:
