@@ -75,6 +75,8 @@ def find_planted_hooks(changes: list[Any], workdir: str,
             found.append(Finding(path, "pytest plugin entry point"))
         elif site is not None and kind == "modified":
             found.append(Finding(path, "edited library file"))
+        elif name.endswith(".pth") and _adds_hook_folder(path, read_text):
+            found.append(Finding(path, "Python .pth file pointing at start-up hooks"))
         elif name.endswith(".pth") and _executes(path, read_text):
             found.append(Finding(path, "Python .pth file that runs code"))
         elif name in PYTEST_FILES and folder in TESTS_ANCESTORS:
@@ -103,6 +105,21 @@ def _mentions(path: str, read_text: Any, words: tuple[str, ...]) -> bool:
         return True
     lowered = text.lower()
     return any(word.lower() in lowered for word in words)
+
+
+def _adds_hook_folder(path: str, read_text: Any) -> bool:
+    """A path-only .pth (editable installs use them) that puts a folder holding a
+    sitecustomize.py/usercustomize.py on sys.path."""
+    text = read_text(path) if read_text is not None else None
+    if not text:
+        return False
+    for line in text.splitlines():
+        folder = line.strip()
+        if not folder.startswith("/") or folder.startswith("#"):
+            continue
+        if any(read_text(f"{folder.rstrip('/')}/{hook}") is not None for hook in PY_HOOKS):
+            return True
+    return False
 
 
 def _executes(path: str, read_text: Any) -> bool:
