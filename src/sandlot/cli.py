@@ -69,6 +69,9 @@ def tasks_check(
     no_solution: Annotated[bool, typer.Option(
         "--no-solution-ok",
         help="A missing solution/solve.sh is a warning, not an error.")] = False,
+    sandbox: Annotated[str, typer.Option(
+        help="Backend to check for (docker accepts compose tasks and any Dockerfile).")
+    ] = "local",
 ) -> None:
     """Validate every task and list each problem with its file, field and fix."""
     from sandlot.tasks import check_tasks, discover_tasks
@@ -79,7 +82,7 @@ def tasks_check(
     paths = discover_tasks(tasks_dir)
     if not paths:
         raise _fail(console, f"no tasks in {tasks_dir}: a task is a folder holding task.toml")
-    problems = check_tasks(paths, need_solution=not no_solution)
+    problems = check_tasks(paths, need_solution=not no_solution, sandbox=sandbox)
     _print_problems(console, problems)
     errors = [p for p in problems if p.severity == "error"]
     bad = len({p.task for p in errors})
@@ -123,6 +126,9 @@ def sandbox_cleanup(
     from sandlot.sandbox.local_backend import LocalBackend
 
     removed = asyncio.run(LocalBackend(cache_dir or default_cache_dir()).sweep())
+    from sandlot.sandbox.docker_backend import sweep_docker_leftovers
+
+    removed += asyncio.run(sweep_docker_leftovers())
     Console().print(f"removed {removed} leftovers")
 
 
@@ -175,7 +181,14 @@ def run(
         min=0.001, help="Scales every timeout of every task.")] = 1.0,
     agent_network: Annotated[str | None, typer.Option(
         help="Override the agent phase network: none or public.")] = None,
-    sandbox: Annotated[str, typer.Option(help="Sandbox backend.")] = "local",
+    sandbox: Annotated[str, typer.Option(help="Sandbox backend: local or docker.")] = "local",
+    force_build: Annotated[bool, typer.Option(
+        "--force-build",
+        help="Rebuild task images instead of reusing cached ones (docker backend).")] = False,
+    base_image_override: Annotated[list[str] | None, typer.Option(
+        "--base-image-override",
+        help="OLD=NEW: build FROM NEW wherever a Dockerfile or compose file names OLD "
+        "(docker backend; repeatable).")] = None,
     cache_dir: Annotated[Path | None, typer.Option(
         help="Cache for build layers and scratch space. Default: ~/.cache/sandlot.")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only the final tables.")] = False,
@@ -195,7 +208,7 @@ def run(
     from sandlot.job import ConfigMismatchError, JobSetupError, run_job
     from sandlot.models import JobConfig
     from sandlot.report.table import end_of_run
-    from sandlot.sandbox import create_backend
+    from sandlot.sandbox import create_backend, parse_image_overrides
     from sandlot.tasks import check_tasks, discover_tasks, load_task
     from sandlot.tasks.loader import hash_tree
 
@@ -216,13 +229,13 @@ def run(
     if not paths:
         raise _fail(console, f"no tasks selected in {tasks_dir}: a task is a folder holding "
                     "task.toml (check --include/--exclude)")
-    problems = check_tasks(paths, need_solution=agent == "oracle")
+    problems = check_tasks(paths, need_solution=agent == "oracle", sandbox=sandbox)
     errors = [p for p in problems if p.severity == "error"]
     if errors:
         _print_problems(console, errors)
         raise _fail(console, f"{len({p.task for p in errors})} of {len(paths)} tasks are "
                     "invalid; nothing was run (see `sandlot tasks check`)")
-    tasks = [load_task(p, need_solution=agent == "oracle") for p in paths]
+    tasks = [load_task(p, need_solution=agent == "oracle", sandbox=sandbox) for p in paths]
     template_text = _read_template(console, repair_template) if repair_template else None
     cache = (cache_dir or default_cache_dir()).resolve()
     jobs_root = jobs_dir.resolve()
@@ -245,7 +258,9 @@ def run(
         task_digests={t.name: hash_tree(t.path) for t in tasks},
     )
     try:
-        backend = create_backend(sandbox, cache)
+        backend = create_backend(
+            sandbox, cache, force_build=force_build,
+            base_image_overrides=parse_image_overrides(base_image_override))
     except (ValueError, SandboxError) as exc:
         raise _fail(console, str(exc)) from exc
     gateway = None

@@ -1,9 +1,13 @@
 """The sandbox contract: what every backend's Sandbox and SandboxBackend must do.
 
 Every test here goes through `backend.create(EnvironmentRequest(...))` and the Sandbox
-Protocol only, with real processes, so a later backend (docker, remote) runs the very same
-tests by adding its name to BACKENDS. The few tests at the end that look at the local
+Protocol only, with real processes, so every backend (local, docker, later remote) runs the
+very same tests: it is a name in BACKENDS. The few tests at the end that look at the local
 backend's own scratch folders, processes and sweep are marked as such.
+
+The docker backend runs them when a container engine is reachable (DOCKER_HOST, Docker's
+socket or Podman's); its tasks' `FROM debian:bookworm-slim` is overridden with a tiny image
+built here (tests/sandbox/docker_support.py), as `--base-image-override` does.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ pytestmark = [pytest.mark.e2e]
 T = TypeVar("T")
 Run = Callable[[Awaitable[T]], T]
 
-BACKENDS = ["local"]
+BACKENDS = ["local", "docker"]
 
 DOCKERFILE = """\
 FROM debian:bookworm-slim
@@ -66,6 +70,13 @@ def backend(request: pytest.FixtureRequest, cache_dir: Path) -> SandboxBackend:
         except SandboxError as exc:
             pytest.skip(f"local sandbox cannot run here: {exc}")
         return LocalBackend(cache_dir)
+    if request.param == "docker":
+        from docker_support import engine_or_skip, tiny_image
+
+        from sandlot.sandbox.docker_backend import DockerBackend
+
+        base = tiny_image(engine_or_skip())
+        return DockerBackend(cache_dir, base_image_overrides={"debian:bookworm-slim": base})
     raise AssertionError(f"no fixture for backend {request.param!r}")
 
 
@@ -445,17 +456,20 @@ def test_writes_to_etc_do_not_reach_the_host_or_other_sandboxes(make_sandbox, ru
                                                                 etc_marker):
     marker = etc_marker
     before = Path("/etc/debian_version").read_text()
-    had_hostname = Path("/etc/hostname").exists()
+    had_nsswitch = Path("/etc/nsswitch.conf").exists()
     first = make_sandbox()
+    # The sandbox's own /etc/debian_version (the host's on the local backend, the image's
+    # on a container backend) is what a second sandbox must see unchanged.
+    inside = run(first.exec(["cat", "/etc/debian_version"])).stdout
     r = run(first.exec(f"echo inside > /etc/{marker} && echo changed >> /etc/debian_version"
-                       " && rm -f /etc/hostname && cat /etc/debian_version"))
+                       " && rm -f /etc/nsswitch.conf && cat /etc/debian_version"))
     assert r.ok and r.stdout.endswith("changed\n"), r.stderr
     assert not Path("/etc", marker).exists()
     assert Path("/etc/debian_version").read_text() == before
-    assert Path("/etc/hostname").exists() == had_hostname
+    assert Path("/etc/nsswitch.conf").exists() == had_nsswitch
     second = make_sandbox()
     r = run(second.exec(f"test ! -e /etc/{marker} && cat /etc/debian_version"))
-    assert r.ok and r.stdout == before
+    assert r.ok and r.stdout == inside
 
 
 @pytest.fixture

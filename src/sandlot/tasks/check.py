@@ -13,7 +13,11 @@ from typing import Literal
 from pydantic import ValidationError
 
 from sandlot.tasks.config import TaskConfig
-from sandlot.tasks.dockerfile import CopyStep, parse_dockerfile
+from sandlot.tasks.dockerfile import USE_CONTAINER, CopyStep, parse_dockerfile
+
+#: Backends that build the task's image themselves: compose files and every Dockerfile
+#: feature are theirs to honour (the engine reports what it cannot build).
+CONTAINER_BACKENDS = frozenset({"docker"})
 
 
 @dataclass(frozen=True)
@@ -152,18 +156,23 @@ def _check_toml(task: str, path: Path) -> list[Problem]:
     return []
 
 
-def _check_dockerfile(task: str, env_dir: Path) -> list[Problem]:
+def _check_dockerfile(task: str, env_dir: Path, sandbox: str = "local") -> list[Problem]:
     dockerfile = env_dir / "Dockerfile"
     problems: list[Problem] = []
-    if (env_dir / "docker-compose.yaml").exists() or (env_dir / "docker-compose.yml").exists():
+    container = sandbox in CONTAINER_BACKENDS
+    compose = any((env_dir / name).exists() for name in (
+        "docker-compose.yaml", "docker-compose.yml", "compose.yaml", "compose.yml"))
+    if compose and not container:
         problems.append(Problem(task, "environment/docker-compose.yaml", None,
                                 "multi-container environments need a container runtime",
                                 "use a container backend (--sandbox docker) for this task"))
     if not dockerfile.exists():
-        problems.append(Problem(task, "environment/Dockerfile", None,
-                                "no Dockerfile: the task runs on the bare host image",
-                                "add environment/Dockerfile if the task needs files or packages",
-                                "warning"))
+        if not (compose and container):
+            problems.append(Problem(
+                task, "environment/Dockerfile", None,
+                "no Dockerfile: the task runs on the bare host image" if not container else
+                "no Dockerfile: the task runs in a plain debian:bookworm-slim container",
+                "add environment/Dockerfile if the task needs files or packages", "warning"))
         return problems
     try:
         plan = parse_dockerfile(_read_utf8(dockerfile))
@@ -172,6 +181,8 @@ def _check_dockerfile(task: str, env_dir: Path) -> list[Problem]:
         return problems
     env_root = env_dir.resolve()
     for issue in plan.issues:
+        if container and issue.message.endswith(USE_CONTAINER):
+            continue  # a local-sandbox limit: the container backend builds it as it is
         problems.append(Problem(task, "environment/Dockerfile", f"line {issue.line}",
                                 issue.message, "rewrite that instruction"
                                 if "container backend" not in issue.message
@@ -203,8 +214,12 @@ def _glob_inside(env_root: Path, pattern: str) -> bool:
         return False
 
 
-def check_task(path: Path, *, need_solution: bool = True) -> list[Problem]:
-    """Every problem of one task folder; an empty list means it can run."""
+def check_task(path: Path, *, need_solution: bool = True, sandbox: str = "local") -> list[Problem]:
+    """Every problem of one task folder; an empty list means it can run on `sandbox`.
+
+    The local sandbox refuses docker-compose tasks and the Dockerfile features it cannot
+    replay; a container backend (--sandbox docker) accepts them.
+    """
     task = path.name
     toml_path = path / "task.toml"
     if not toml_path.is_file():
@@ -233,12 +248,13 @@ def check_task(path: Path, *, need_solution: bool = True) -> list[Problem]:
         problems.append(Problem(task, "solution/solve.sh", None, "missing",
                                 "add solution/solve.sh (the reference solution the oracle runs)",
                                 "error" if need_solution else "warning"))
-    problems.extend(_check_dockerfile(task, path / "environment"))
+    problems.extend(_check_dockerfile(task, path / "environment", sandbox))
     return problems
 
 
-def check_tasks(paths: list[Path], *, need_solution: bool = True) -> list[Problem]:
+def check_tasks(paths: list[Path], *, need_solution: bool = True,
+                sandbox: str = "local") -> list[Problem]:
     out: list[Problem] = []
     for p in paths:
-        out.extend(check_task(p, need_solution=need_solution))
+        out.extend(check_task(p, need_solution=need_solution, sandbox=sandbox))
     return out

@@ -20,7 +20,7 @@ ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tar.xz", "
 #: `ENV PATH=/opt/venv/bin:$PATH` extends the usual PATH instead of emptying it.
 IMAGE_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
              "HOME": "/root"}
-USE_CONTAINER = "use a container backend (--sandbox docker/podman) for this task"
+USE_CONTAINER = "use a container backend (--sandbox docker, which also drives Podman) for this task"
 
 
 @dataclass(frozen=True)

@@ -73,11 +73,11 @@ def hash_tree(root: Path) -> str:
     return h.hexdigest()
 
 
-def load_task(path: Path, *, need_solution: bool = True) -> Task:
+def load_task(path: Path, *, need_solution: bool = True, sandbox: str = "local") -> Task:
     """Load a task that `check_task` found valid; raises TaskLoadError otherwise."""
     from sandlot.tasks.check import check_task
 
-    problems = [p for p in check_task(path, need_solution=need_solution)
+    problems = [p for p in check_task(path, need_solution=need_solution, sandbox=sandbox)
                 if p.severity == "error"]
     if problems:
         raise TaskLoadError(problems)

@@ -1,0 +1,225 @@
+"""The docker backend: task images built and cached, one DockerSandbox per trial.
+
+Everything it creates in the engine (containers, networks, volumes, images) carries the
+label `sandlot.owner=<host>:<pid>:<start time>`. `sweep_docker_leftovers` removes what a
+sandlot that no longer runs left behind (`sandlot sandbox cleanup`, and the start of every
+run); a run removes its own at exit even when it is interrupted. Cached task images are
+kept: they are the build cache (remove them with `remove_images=True`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import contextlib
+import os
+from pathlib import Path
+from typing import Any
+
+from typing_extensions import override
+
+from sandlot.sandbox.base import EnvironmentRequest, Sandbox
+from sandlot.sandbox.docker import ContainerSetup, DockerSandbox
+from sandlot.sandbox.docker_build import BuildSpec, ImageBuilder, override_image
+from sandlot.sandbox.docker_compose import MAIN_IMAGE, find_compose, load_compose
+from sandlot.sandbox.docker_engine import (
+    OWNER_LABEL,
+    ROLE_LABEL,
+    Engine,
+    connect_engine,
+    owner_dead,
+    owner_id,
+)
+from sandlot.tasks.dockerfile import parse_dockerfile
+
+#: The image of a task without environment/Dockerfile (subject to --base-image-override).
+DEFAULT_IMAGE = "debian:bookworm-slim"
+#: Container creations at once: high -n must not stampede the engine.
+ENGINE_SLOTS = 8
+
+
+def _compose_variables(request: EnvironmentRequest) -> dict[str, str]:
+    spec = request.spec
+    memory = f"{spec.memory_mb}M" if spec.memory_mb else ""
+    return {
+        "MAIN_IMAGE_NAME": MAIN_IMAGE, "T_BENCH_TASK_DOCKER_CLIENT_IMAGE_NAME": MAIN_IMAGE,
+        "CONTEXT_DIR": str(request.environment_dir.resolve()),
+        "CPUS": f"{spec.cpus:g}" if spec.cpus else "", "MEMORY": memory,
+        "TEST_DIR": "/tests", "T_BENCH_TEST_DIR": "/tests",
+        "T_BENCH_TASK_DOCKER_CLIENT_CONTAINER_NAME": "main",
+        "T_BENCH_TASK_DOCKER_NAME_PREFIX": "sandlot",
+        "T_BENCH_CONTAINER_LOGS_PATH": "/logs", "T_BENCH_CONTAINER_AGENT_LOGS_PATH": "/logs/agent",
+        "ENV_AGENT_LOGS_PATH": "/logs/agent", "ENV_VERIFIER_LOGS_PATH": "/logs/verifier",
+    }
+
+
+class DockerBackend:
+    """Containers through the Docker Engine API (Docker, or Podman's compatible service)."""
+
+    name = "docker"
+
+    def __init__(self, cache_dir: Path, *, force_build: bool = False,
+                 base_image_overrides: dict[str, str] | None = None, max_builds: int = 2,
+                 engine_url: str | None = None, runtime: str | None = None) -> None:
+        """Raises: SandboxError when no engine is reachable (naming what was tried)."""
+        self.engine: Engine = connect_engine(engine_url)
+        self.owner = owner_id()
+        self.overrides = dict(base_image_overrides or {})
+        self.builder = ImageBuilder(self.engine, self.owner, cache_dir,
+                                    overrides=self.overrides, force_build=force_build,
+                                    max_builds=max_builds)
+        self.runtime = runtime or os.environ.get("SANDLOT_CONTAINER_RUNTIME") or None
+        self._slots = asyncio.Semaphore(ENGINE_SLOTS)
+        _remove_own_at_exit(self.engine, self.owner)
+
+    async def _images(self, request: EnvironmentRequest) -> ContainerSetup:
+        env_dir = request.environment_dir
+        timeout = request.build_timeout_sec
+        request.log_dir.mkdir(parents=True, exist_ok=True)
+        compose_path = find_compose(env_dir)
+        setup = ContainerSetup(image="", owner=self.owner, runtime=self.runtime)
+        dockerfile_env: dict[str, str] = {}
+        if compose_path is None:
+            if (env_dir / "Dockerfile").is_file():
+                setup.image = await self.builder.image(
+                    BuildSpec(env_dir, "Dockerfile", "main"), request.digest, timeout,
+                    request.log_dir / "build.log")
+                dockerfile_env = _dockerfile_env(env_dir / "Dockerfile")
+            else:
+                setup.image = await self.builder.pull_if_missing(DEFAULT_IMAGE, timeout)
+        else:
+            plan = load_compose(compose_path, _compose_variables(request))
+            main = plan.main
+
+            async def image_of(svc: Any) -> str:
+                if svc.context is None:
+                    return await self.builder.pull_if_missing(str(svc.image), timeout)
+                spec = BuildSpec(svc.context, svc.dockerfile, svc.name,
+                                 tuple(sorted(svc.build_args.items())), svc.target)
+                return await self.builder.image(spec, request.digest, timeout,
+                                                request.log_dir / f"build-{svc.name}.log")
+
+            order = plan.start_order()
+            tasks = [asyncio.ensure_future(image_of(s)) for s in (main, *order)]
+            try:
+                images = await asyncio.gather(*tasks)
+            except BaseException:
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+                raise
+            setup.image = images[0]
+            setup.services = list(zip(order, images[1:], strict=True))
+            setup.volumes = plan.volumes
+            setup.main_binds = main.binds
+            setup.main_depends_on = main.depends_on
+            setup.env.update(main.environment)
+            setup.health_timeout_sec = max(60.0, request.build_timeout_sec)
+            if main.context is not None and (main.context / main.dockerfile).is_file():
+                dockerfile_env = _dockerfile_env(main.context / main.dockerfile)
+        # ENV the Dockerfile set is in the image already (with the base image's own PATH,
+        # which the task loader can only guess): pass on only what task.toml adds.
+        setup.env.update({k: v for k, v in request.spec.env.items()
+                          if dockerfile_env.get(k) != v})
+        return setup
+
+    @override
+    async def create(self, request: EnvironmentRequest) -> Sandbox:
+        setup = await self._images(request)
+        async with self._slots:
+            sandbox = DockerSandbox(request.spec, self.engine, setup)
+            await sandbox.start()
+        return sandbox
+
+    @override
+    async def sweep(self) -> int:
+        """Remove containers, networks and volumes of sandlot runs that are gone."""
+        return await sweep_docker_leftovers(self.engine)
+
+
+def _dockerfile_env(path: Path) -> dict[str, str]:
+    try:
+        return dict(parse_dockerfile(path.read_text(encoding="utf-8")).env)
+    except (OSError, UnicodeDecodeError):
+        return {}
+
+
+def _owned(labels: dict[str, str] | None, dead: bool, owner: str | None = None) -> bool:
+    value = (labels or {}).get(OWNER_LABEL)
+    if value is None:
+        return False
+    if owner is not None:
+        return value == owner
+    return owner_dead(value) if dead else True
+
+
+def _remove_everything(engine: Engine, *, owner: str | None = None, dead_only: bool = True,
+                       remove_images: bool = False) -> int:
+    """Blocking: remove what matches; `owner` (this run's) or dead owners' resources."""
+    api = engine.api
+    removed = 0
+    for c in api.containers(all=True, filters={"label": OWNER_LABEL}):
+        if _owned(c.get("Labels"), dead_only, owner):
+            with contextlib.suppress(Exception):
+                api.remove_container(c["Id"], force=True, v=True)
+                removed += 1
+    for n in api.networks(filters={"label": OWNER_LABEL}):
+        if _owned(n.get("Labels"), dead_only, owner):
+            with contextlib.suppress(Exception):
+                api.remove_network(n["Id"])
+                removed += 1
+    volumes = (api.volumes(filters={"label": OWNER_LABEL}) or {}).get("Volumes") or []
+    for v in volumes:
+        if _owned(v.get("Labels"), dead_only, owner):
+            with contextlib.suppress(Exception):
+                api.remove_volume(v["Name"], force=True)
+                removed += 1
+    if owner is None:
+        for image in api.images(all=False, filters={"label": f"{ROLE_LABEL}=image"}):
+            tags = [t for t in image.get("RepoTags") or [] if "<none>" not in t]
+            if remove_images or (not tags and _owned(image.get("Labels"), dead_only)):
+                with contextlib.suppress(Exception):
+                    api.remove_image(image["Id"], force=True)
+                    removed += 1
+    return removed
+
+
+async def sweep_docker_leftovers(engine: Engine | None = None, *,
+                                 remove_images: bool = False) -> int:
+    """Remove what killed sandlot runs left in the engine; returns how many things.
+
+    With `remove_images`, also every cached task image. No reachable engine: nothing to do.
+    """
+    from sandlot.errors import SandboxError
+
+    if engine is None:
+        try:
+            engine = connect_engine()
+        except SandboxError:
+            return 0
+    return await engine.call(_remove_everything, engine, remove_images=remove_images)
+
+
+_AT_EXIT: set[tuple[int, str]] = set()
+
+
+def _remove_own_at_exit(engine: Engine, owner: str) -> None:
+    """A last net: whatever this process still has in the engine when it exits."""
+    if (id(engine), owner) in _AT_EXIT:
+        return
+    _AT_EXIT.add((id(engine), owner))
+
+    def remove() -> None:
+        with contextlib.suppress(Exception):
+            _remove_everything(engine, owner=owner, dead_only=False)
+
+    atexit.register(remove)
+
+
+def check_docker_backend(engine_url: str | None = None) -> Engine:
+    """The engine, or SandboxError naming what was tried."""
+    return connect_engine(engine_url)
+
+
+__all__ = ["DEFAULT_IMAGE", "DockerBackend", "check_docker_backend", "override_image",
+           "sweep_docker_leftovers"]

@@ -1,0 +1,313 @@
+"""Task images for the docker backend: built once per environment digest, named by it.
+
+An image is tagged `sandlot-env:<key>`, the key a digest of the build's inputs (the
+environment/ digest, the service, the base-image overrides), so later trials and later
+jobs find it and skip the build. Builds are bounded by their own semaphore (not the
+trials'), deduplicated per key inside the process and, through a lock file, across
+sandlot processes.
+
+A build's RUN steps carry `no_proxy=sandlot-build-<token>` (a predefined build argument:
+Docker and Podman pass it to RUN without an ARG and keep it out of the layer cache), so a
+build that outlives its timeout is killed on the host by that mark. Podman keeps building
+when the client hangs up; Docker stops, and the kill is then a no-op.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import hashlib
+import io
+import json
+import os
+import re
+import secrets
+import tarfile
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sandlot.errors import ErrorKind, TrialError
+from sandlot.fsutil import write_atomic
+from sandlot.sandbox.docker_engine import KEY_LABEL, OWNER_LABEL, ROLE_LABEL, Engine, kill_marked
+
+#: Bump when what goes into an image changes, so old cached images are not reused.
+BUILD_VERSION = "1"
+IMAGE_REPO = "localhost/sandlot-env"
+LOG_TAIL = 3000
+_STEP = re.compile(r"^(?:\[(\d+)/\d+\]\s+)?(?:STEP|Step)\s+(\d+)/\d+\s*:", re.MULTILINE)
+_FROM = re.compile(r"^(\s*FROM\s+)((?:--\S+\s+)*)(\S+)(.*)$", re.IGNORECASE)
+
+
+def image_key(digest: str, service: str, dockerfile: str, overrides: dict[str, str]) -> str:
+    text = json.dumps([BUILD_VERSION, digest, service, dockerfile, sorted(overrides.items())])
+    return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+def _same_image(a: str, b: str) -> bool:
+    """`debian:12`, `docker.io/library/debian:12` and `library/debian:12` are one image."""
+    def norm(ref: str) -> str:
+        for prefix in ("docker.io/library/", "docker.io/", "library/", "index.docker.io/"):
+            ref = ref.removeprefix(prefix)
+        return ref if ":" in ref.rsplit("/", 1)[-1] or "@" in ref else ref + ":latest"
+    return norm(a) == norm(b)
+
+
+def override_image(ref: str, overrides: dict[str, str]) -> str:
+    for old, new in overrides.items():
+        if _same_image(ref, old):
+            return new
+    return ref
+
+
+@dataclass(frozen=True)
+class Instruction:
+    line: int  #: 1-based line of the original Dockerfile
+    stage: int  #: 1-based build stage (a FROM starts one)
+    index: int  #: 1-based position in its stage
+
+
+def rewrite_dockerfile(text: str, overrides: dict[str, str]) -> tuple[str, list[Instruction]]:
+    """The Dockerfile with overridden FROM images, and where each instruction starts."""
+    lines = text.split("\n")
+    out: list[str] = []
+    instructions: list[Instruction] = []
+    stage, index = 0, 0
+    continued = False
+    heredoc: str | None = None
+    for no, line in enumerate(lines, start=1):
+        stripped = line.strip()
+        if heredoc is not None:
+            if stripped == heredoc:
+                heredoc = None
+            out.append(line)
+            continue
+        starts = not continued and stripped and not stripped.startswith("#")
+        if starts:
+            m = _FROM.match(line)
+            if m:
+                stage, index = stage + 1, 0
+                line = m.group(1) + m.group(2) + override_image(m.group(3), overrides) + m.group(4)
+            index += 1
+            instructions.append(Instruction(no, max(stage, 1), index))
+            hd = re.search(r"<<-?\s*['\"]?([A-Za-z_][\w.-]*)['\"]?\s*$", stripped)
+            if hd and stripped.split(None, 1)[0].upper() in ("RUN", "COPY", "ADD"):
+                heredoc = hd.group(1)
+        if stripped and not stripped.startswith("#"):
+            continued = stripped.endswith("\\")
+        out.append(line)
+    return "\n".join(out), instructions
+
+
+def _failing_line(log: str, instructions: list[Instruction]) -> int | None:
+    steps = list(_STEP.finditer(log))
+    if not steps:
+        return None
+    last = steps[-1]
+    index = int(last.group(2))
+    if last.group(1):
+        stage = int(last.group(1))
+        for ins in instructions:
+            if ins.stage == stage and ins.index == index:
+                return ins.line
+        return None
+    return instructions[index - 1].line if 0 < index <= len(instructions) else None
+
+
+def _dockerignore(context: Path) -> list[str]:
+    path = context / ".dockerignore"
+    if not path.is_file():
+        return []
+    return [ln.strip() for ln in path.read_text(errors="replace").splitlines()
+            if ln.strip() and not ln.strip().startswith("#")]
+
+
+def build_context(context: Path, dockerfile_text: str, name: str) -> Any:
+    """A tar of `context` (honouring .dockerignore) plus the rewritten Dockerfile as `name`."""
+    from docker.utils.build import exclude_paths
+
+    spool = tempfile.TemporaryFile()  # noqa: SIM115 (the caller closes it)
+    root = context.resolve()
+    with tarfile.open(fileobj=spool, mode="w") as tar:
+        for rel in sorted(exclude_paths(str(root), _dockerignore(root))):
+            full = root / rel
+            info = tar.gettarinfo(str(full), arcname=rel)
+            if info is None:
+                continue
+            info.uid = info.gid = 0
+            info.uname = info.gname = "root"
+            if info.isreg():
+                with full.open("rb") as fh:
+                    tar.addfile(info, fh)
+            else:
+                tar.addfile(info)
+        data = dockerfile_text.encode()
+        info = tarfile.TarInfo(name)
+        info.size, info.mode, info.mtime = len(data), 0o644, int(time.time())
+        tar.addfile(info, io.BytesIO(data))
+    spool.seek(0)
+    return spool
+
+
+@dataclass(frozen=True)
+class BuildSpec:
+    """One image to build: a context folder and the Dockerfile in it (relative)."""
+
+    context: Path
+    dockerfile: str
+    service: str
+    args: tuple[tuple[str, str], ...] = ()
+    target: str | None = None
+
+
+class ImageBuilder:
+    """Builds and caches task images; one per backend (so per job)."""
+
+    def __init__(self, engine: Engine, owner: str, cache_dir: Path, *,
+                 overrides: dict[str, str] | None = None, force_build: bool = False,
+                 max_builds: int = 2) -> None:
+        self.engine = engine
+        self.owner = owner
+        self.lock_dir = cache_dir / "docker-builds"
+        self.overrides = dict(overrides or {})
+        self.force_build = force_build
+        self._slots = asyncio.Semaphore(max_builds)
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._built: set[str] = set()
+
+    def tag(self, key: str) -> str:
+        return f"{IMAGE_REPO}:{key}"
+
+    async def _exists(self, tag: str) -> bool:
+        from docker.errors import ImageNotFound, NotFound
+
+        try:
+            await self.engine.call(self.engine.api.inspect_image, tag)
+            return True
+        except (ImageNotFound, NotFound):
+            return False
+
+    async def image(self, spec: BuildSpec, digest: str, timeout_sec: float,
+                    log_path: Path) -> str:
+        """The tag of the image for `spec`, building it first if needed.
+
+        Raises: TrialError BUILD_FAILED / BUILD_TIMEOUT.
+        """
+        key = image_key(digest, spec.service, spec.dockerfile, self.overrides)
+        tag = self.tag(key)
+        fresh = key in self._built or not self.force_build
+        if fresh and await self._exists(tag):
+            write_atomic(log_path, f"using the cached image {tag}\n")
+            return tag
+        lock = self._locks.setdefault(key, asyncio.Lock())
+        async with lock:
+            fresh = key in self._built or not self.force_build
+            if fresh and await self._exists(tag):
+                write_atomic(log_path, f"using the cached image {tag}\n")
+                return tag
+            self.lock_dir.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.lock_dir / f"{key}.lock", os.O_CREAT | os.O_RDWR, 0o600)
+            try:
+                await self.engine.call(fcntl.flock, fd, fcntl.LOCK_EX)
+                # Another sandlot may have built it while we waited for the lock.
+                if (fresh and await self._exists(tag)):
+                    write_atomic(log_path, f"using the cached image {tag}\n")
+                    return tag
+                async with self._slots:
+                    await self._build(spec, key, tag, timeout_sec, log_path)
+                self._built.add(key)
+            finally:
+                with contextlib.suppress(OSError):
+                    fcntl.flock(fd, fcntl.LOCK_UN)
+                os.close(fd)
+        return tag
+
+    async def _build(self, spec: BuildSpec, key: str, tag: str, timeout_sec: float,
+                     log_path: Path) -> None:
+        dockerfile_path = spec.context / spec.dockerfile
+        try:
+            text = dockerfile_path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise TrialError(ErrorKind.BUILD_FAILED, f"cannot read {spec.dockerfile}: {exc}",
+                             "setup") from exc
+        rewritten, instructions = rewrite_dockerfile(text, self.overrides)
+        name = f".sandlot-{key}.Dockerfile"
+        token = secrets.token_hex(8)
+        mark = f"no_proxy=sandlot-build-{token}"
+        params: dict[str, Any] = {
+            "t": tag, "dockerfile": name, "rm": "1", "forcerm": "1",
+            "labels": json.dumps({OWNER_LABEL: self.owner, ROLE_LABEL: "image",
+                                  KEY_LABEL: key}),
+            "buildargs": json.dumps({**dict(spec.args), "no_proxy": mark.split("=", 1)[1]}),
+        }
+        if self.force_build:
+            params["nocache"] = "1"
+        if spec.target:
+            params["target"] = spec.target
+        context = await self.engine.call(build_context, spec.context, rewritten, name)
+        log: list[str] = [f"building {tag} from {spec.context} ({spec.dockerfile})\n"]
+        error: str | None = None
+        started = time.monotonic()
+        try:
+            async with asyncio.timeout(timeout_sec):
+                async for item in self.engine.stream_json(
+                        "POST", "/build", params, context,
+                        {"Content-Type": "application/x-tar"}):
+                    if "stream" in item:
+                        log.append(str(item["stream"]))
+                    if item.get("error") or item.get("errorDetail"):
+                        error = str(item.get("error") or item["errorDetail"].get("message"))
+                        log.append(f"ERROR: {error}\n")
+        except TimeoutError:
+            await self.engine.call(kill_marked, mark)
+            where = _failing_line("".join(log), instructions)
+            line = f" (at Dockerfile line {where})" if where else ""
+            raise TrialError(ErrorKind.BUILD_TIMEOUT,
+                             f"building the image took longer than {timeout_sec:g}s "
+                             f"(build_timeout_sec){line}", "setup") from None
+        except asyncio.CancelledError:
+            await asyncio.shield(self.engine.call(kill_marked, mark))
+            raise
+        except TrialError:
+            raise
+        except Exception as exc:
+            error = f"{type(exc).__name__}: {exc}"
+            log.append(f"ERROR: {error}\n")
+        finally:
+            context.close()
+            log.append(f"build ended after {time.monotonic() - started:.1f}s\n")
+            write_atomic(log_path, "".join(log))
+        if error is None and not await self._exists(tag):
+            error = "the engine reported no error but the image is missing"
+        if error is not None:
+            text_log = "".join(log)
+            where = _failing_line(text_log, instructions)
+            prefix = f"Dockerfile line {where} failed" if where else "the image build failed"
+            hint = ""
+            if re.search(r"pull|manifest|registry|resolv|name unknown|not found", error, re.I):
+                hint = ("; if the base image cannot be pulled here, build or load it locally "
+                        "and pass --base-image-override OLD=NEW")
+            tail = text_log.strip()[-LOG_TAIL:]
+            raise TrialError(ErrorKind.BUILD_FAILED, f"{prefix}: {error.strip()}{hint}\n{tail}",
+                             "setup")
+
+    async def pull_if_missing(self, ref: str, timeout_sec: float) -> str:
+        """An image a compose service names (after overrides), pulled if not present."""
+        ref = override_image(ref, self.overrides)
+        if await self._exists(ref):
+            return ref
+        try:
+            async with asyncio.timeout(timeout_sec), self._slots:
+                await self.engine.call(self.engine.client.images.pull, ref)
+        except TimeoutError:
+            raise TrialError(ErrorKind.BUILD_TIMEOUT, f"pulling {ref} took longer than "
+                             f"{timeout_sec:g}s", "setup") from None
+        except Exception as exc:
+            raise TrialError(ErrorKind.BUILD_FAILED,
+                             f"image {ref} is not here and cannot be pulled ({exc}); load it "
+                             "or pass --base-image-override "
+                             f"{ref}=<a local image>", "setup") from exc
+        return ref
