@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -87,3 +88,31 @@ def run_cli(cache_dir: Path) -> Callable[..., subprocess.CompletedProcess[str]]:
                               timeout=timeout, env=full_env, cwd=REPO)
 
     return run
+
+
+# -- the docker backend's tests (tests/sandbox) ------------------------------------------
+
+
+@pytest.fixture(scope="session", autouse=True)
+def remove_built_test_images() -> Iterator[None]:
+    """Most docker tests build throw-away images (a random token in a RUN step): remove
+    the ones this session built, except those a test kept (the examples' Debian builds,
+    which later runs reuse)."""
+    yield
+    try:
+        import docker_support  # importable once a tests/sandbox module ran
+    except ImportError:
+        return
+
+    from sandlot.sandbox.docker_engine import _ENGINES, KEY_LABEL, OWNER_LABEL, owner_id
+
+    for engine in list(_ENGINES.values()):
+        with contextlib.suppress(Exception):
+            images = engine.api.images(filters={"label": f"{OWNER_LABEL}={owner_id()}"})
+            for image in images:
+                tags = set(image.get("RepoTags") or [])
+                key = (image.get("Labels") or {}).get(KEY_LABEL, "")
+                if tags & docker_support.KEEP_IMAGES or key in docker_support.KEEP_KEYS:
+                    continue
+                with contextlib.suppress(Exception):
+                    engine.api.remove_image(image["Id"], force=True)
