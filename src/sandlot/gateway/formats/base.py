@@ -76,6 +76,11 @@ def new_id(prefix: str) -> str:
     return f"{prefix}{secrets.token_hex(12)}"
 
 
+def pieces(text: str, size: int = 24) -> list[str]:
+    """Split text into stream-sized deltas, as a provider's tokens would arrive."""
+    return [text[i:i + size] for i in range(0, len(text), size)] if text else []
+
+
 def sse(data: dict[str, Any] | str, event: str | None = None) -> bytes:
     payload = data if isinstance(data, str) else json.dumps(data, separators=(",", ":"))
     head = f"event: {event}\n" if event else ""

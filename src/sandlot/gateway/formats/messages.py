@@ -14,6 +14,9 @@ from sandlot.gateway.formats.base import (
     sse,
     text_of,
 )
+from sandlot.gateway.formats.base import (
+    pieces as _pieces,
+)
 
 STOP = {"stop": "end_turn", "tool_calls": "tool_use", "length": "max_tokens"}
 
@@ -127,10 +130,6 @@ class MessagesFormat:
         kind = {400: "invalid_request_error", 401: "authentication_error",
                 429: "rate_limit_error", 529: "overloaded_error"}.get(status, "api_error")
         return {"type": "error", "error": {"type": kind, "message": message}}
-
-
-def _pieces(text: str, size: int = 24) -> list[str]:
-    return [text[i:i + size] for i in range(0, len(text), size)] if text else []
 
 
 class MessagesCollector:

@@ -15,6 +15,9 @@ from sandlot.gateway.formats.base import (
     sse,
     text_of,
 )
+from sandlot.gateway.formats.base import (
+    pieces as _pieces,
+)
 
 MODEL_ITEMS = {"function_call", "reasoning", "custom_tool_call", "local_shell_call"}
 
@@ -184,10 +187,6 @@ class ResponsesFormat:
         kind = {401: "invalid_request_error", 429: "rate_limit_exceeded"}.get(status,
                                                                               "server_error")
         return {"error": {"message": message, "type": kind, "param": None, "code": str(status)}}
-
-
-def _pieces(text: str, size: int = 24) -> list[str]:
-    return [text[i:i + size] for i in range(0, len(text), size)] if text else []
 
 
 class ResponsesCollector:
