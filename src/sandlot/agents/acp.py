@@ -46,7 +46,12 @@ from sandlot.agents.acp_registry import (
 )
 from sandlot.agents.acp_wire import STREAM_LIMIT_BYTES, ProcessTransport, Trajectory
 from sandlot.agents.base import AgentContext, AgentOutcome
-from sandlot.agents.install import MARKER, AgentInstallError, install_npm_package
+from sandlot.agents.install import (
+    MARKER,
+    AgentInstallError,
+    install_npm_package,
+    require_node,
+)
 from sandlot.errors import ErrorKind, TrialError
 from sandlot.paths import default_cache_dir
 from sandlot.sandbox.base import SandboxProcess
@@ -138,7 +143,7 @@ class AcpAgent:
             self.installed_version = _installed_version(folder, spec.version)
             await ctx.sandbox.expose(folder, self._install_dir())
         if spec.needs_node:
-            await self._check_node(ctx, spec.needs_node)
+            await require_node(ctx.sandbox, spec.needs_node, f"the {spec.name} agent")
         values = self._values(ctx)
         for folder_template in spec.dirs:
             await ctx.sandbox.mkdir(fill(folder_template, values))
@@ -159,21 +164,6 @@ class AcpAgent:
                 "api_key": ctx.gateway.api_key, "model": model,
                 "model_id": model.partition("/")[2] or model,
                 "home": f"{HOME_ROOT}/{self.spec.name}", "workdir": ctx.task.workdir}
-
-    async def _check_node(self, ctx: AgentContext, need: tuple[int, int]) -> None:
-        result = await ctx.sandbox.exec(
-            ["node", "-e", "process.stdout.write(process.versions.node)"], timeout_sec=60)
-        found = result.stdout.strip() if result.exit_code == 0 else ""
-        try:
-            have = tuple(int(p) for p in found.split(".")[:2])
-        except ValueError:
-            have = ()
-        if len(have) < 2 or have < need:
-            what = f"node {found}" if found else "no `node` on PATH"
-            raise TrialError(ErrorKind.AGENT_ERROR,
-                             f"the {self.spec.name} agent needs Node.js {need[0]}.{need[1]}+ "
-                             f"inside the sandbox, found {what}; install it on the host (the "
-                             "local sandbox's base) or in the task's Dockerfile", "setup")
 
     def _permission(self, ctx: AgentContext) -> str:
         extra = ctx.task.config.agent.model_extra or {}

@@ -19,6 +19,7 @@ import shutil
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 MARKER = ".sandlot-installed.json"
 INSTALL_TIMEOUT_SEC = 900.0
@@ -142,3 +143,25 @@ async def _file_lock(path: Path) -> AsyncIterator[None]:
         yield
     finally:
         os.close(fd)  # closing drops the lock
+
+
+async def require_node(sandbox: Any, need: tuple[int, int], who: str) -> None:
+    """Check that `node` inside the sandbox is at least `need` (major, minor).
+
+    Raises: TrialError AGENT_ERROR saying what was found and where to install it.
+    """
+    from sandlot.errors import ErrorKind, TrialError
+
+    result = await sandbox.exec(
+        ["node", "-e", "process.stdout.write(process.versions.node)"], timeout_sec=60)
+    found = result.stdout.strip() if result.exit_code == 0 else ""
+    try:
+        have = tuple(int(p) for p in found.split(".")[:2])
+    except ValueError:
+        have = ()
+    if len(have) < 2 or have < need:
+        what = f"node {found}" if found else "no `node` on PATH"
+        raise TrialError(ErrorKind.AGENT_ERROR,
+                         f"{who} needs Node.js {need[0]}.{need[1]}+ inside the sandbox, "
+                         f"found {what}; install it on the host (the local sandbox's base) "
+                         "or in the task's Dockerfile", "setup")

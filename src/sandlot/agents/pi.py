@@ -24,7 +24,12 @@ from typing import Any
 from typing_extensions import override
 
 from sandlot.agents.base import AgentContext, AgentOutcome
-from sandlot.agents.install import MARKER, AgentInstallError, install_npm_package
+from sandlot.agents.install import (
+    MARKER,
+    AgentInstallError,
+    install_npm_package,
+    require_node,
+)
 from sandlot.agents.pi_rpc import PiExited, PiRpc, PiRpcError, ProgressCallback, PromptTrace
 from sandlot.errors import ErrorKind, TrialError
 from sandlot.paths import default_cache_dir
@@ -122,7 +127,7 @@ class PiAgent:
         except AgentInstallError as exc:
             raise TrialError(ErrorKind.AGENT_ERROR, f"cannot install Pi: {exc}", "setup") from exc
         self.installed_version = _installed_version(folder, self.version)
-        await self._check_node(ctx)
+        await require_node(ctx.sandbox, MIN_NODE, "Pi")
         await ctx.sandbox.expose(folder, INSTALL_MOUNT)
         with tempfile.TemporaryDirectory(prefix="sandlot-pi-") as tmp:
             config = Path(tmp) / "agent"
@@ -131,21 +136,6 @@ class PiAgent:
                 gateway.sandbox_base_url, gateway.api_key, gateway.model), indent=2))
             (config / "settings.json").write_text(json.dumps(SETTINGS, indent=2))
             await ctx.sandbox.upload(config, CONFIG_DIR)
-
-    async def _check_node(self, ctx: AgentContext) -> None:
-        result = await ctx.sandbox.exec(
-            ["node", "-e", "process.stdout.write(process.versions.node)"], timeout_sec=60)
-        found = result.stdout.strip() if result.exit_code == 0 else ""
-        try:
-            have = tuple(int(p) for p in found.split(".")[:2])
-        except ValueError:
-            have = ()
-        if len(have) < 2 or have < MIN_NODE:
-            what = f"node {found}" if found else "no `node` on PATH"
-            raise TrialError(ErrorKind.AGENT_ERROR,
-                             f"Pi needs Node.js {MIN_NODE[0]}.{MIN_NODE[1]}+ inside the "
-                             f"sandbox, found {what}; install Node.js 20+ on the host (the "
-                             "local sandbox's base) or in the task's Dockerfile", "setup")
 
     # -- the conversation --------------------------------------------------------------------
 

@@ -407,6 +407,15 @@ class LocalSandbox:
         network: Network = "none",
         stream_limit: int = 64 * 1024 * 1024,
     ) -> LocalProcess:
+        proc = await self._launch(command, env, cwd, user, network, stdin_pipe=True,
+                                  stream_limit=stream_limit)
+        return LocalProcess(proc, self._cgroups)
+
+    async def _launch(self, command: list[str], env: dict[str, str] | None, cwd: str | None,
+                      user: str | None, network: Network, *, stdin_pipe: bool,
+                      stream_limit: int = 2 ** 16) -> asyncio.subprocess.Process:
+        """Start `command` in a fresh bwrap inside the holder's namespaces, in the trial's
+        cgroups, with the network the call asks for (what exec and start_process share)."""
         if self._holder is None or self._holder.returncode is not None:
             raise SandboxError("sandbox is not running")
         if network == "outbound":
@@ -416,15 +425,15 @@ class LocalSandbox:
         full = self._bwrap_argv(command, self._env(env), cwd or self.spec.workdir, user, network)
         cg = self._cgroups
         try:
-            proc = await asyncio.create_subprocess_exec(
-                *full, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE, limit=stream_limit,
-                preexec_fn=child_setup(cg.procs_files if cg else None), env=LAUNCH_ENV,
-                start_new_session=True,
+            return await asyncio.create_subprocess_exec(
+                *full,
+                stdin=asyncio.subprocess.PIPE if stdin_pipe else asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+                limit=stream_limit, preexec_fn=child_setup(cg.procs_files if cg else None),
+                env=LAUNCH_ENV, start_new_session=True,
             )
         except OSError as exc:
             raise SandboxError(f"cannot start bwrap: {exc}") from exc
-        return LocalProcess(proc, cg)
 
     @override
     async def exec(
@@ -439,27 +448,11 @@ class LocalSandbox:
         stdin: bytes | None = None,
         max_output_bytes: int = 8 * 1024 * 1024,
     ) -> ExecResult:
-        if self._holder is None or self._holder.returncode is not None:
-            raise SandboxError("sandbox is not running")
-        if network == "outbound":
-            await self._ensure_network()
-        elif network == "loopback":
-            await self._drop_network()
         argv = command if isinstance(command, list) else ["bash", "-c", command]
-        full = self._bwrap_argv(argv, self._env(env), cwd or self.spec.workdir, user, network)
         cg = self._cgroups
         before = cg.counters() if cg else (0, 0)
         started = time.monotonic()
-        try:
-            proc = await asyncio.create_subprocess_exec(
-                *full,
-                stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-                preexec_fn=child_setup(cg.procs_files if cg else None), env=LAUNCH_ENV,
-                start_new_session=True,
-            )
-        except OSError as exc:
-            raise SandboxError(f"cannot start bwrap: {exc}") from exc
+        proc = await self._launch(argv, env, cwd, user, network, stdin_pipe=stdin is not None)
         # stdin is fed beside the readers, under the timeout: a command echoing a large
         # input back must not block on a full stdout pipe while we still write.
         feeder = asyncio.ensure_future(_feed(proc.stdin, stdin))

@@ -76,6 +76,13 @@ def new_id(prefix: str) -> str:
     return f"{prefix}{secrets.token_hex(12)}"
 
 
+def openai_error_body(status: int, message: str) -> dict[str, Any]:
+    """OpenAI's error shape, shared by Chat Completions and Responses."""
+    kind = {401: "invalid_request_error", 429: "rate_limit_exceeded"}.get(status,
+                                                                          "server_error")
+    return {"error": {"message": message, "type": kind, "param": None, "code": str(status)}}
+
+
 def pieces(text: str, size: int = 24) -> list[str]:
     """Split text into stream-sized deltas, as a provider's tokens would arrive."""
     return [text[i:i + size] for i in range(0, len(text), size)] if text else []

@@ -12,6 +12,7 @@ from sandlot.gateway.formats.base import (
     ToolSpec,
     Usage,
     new_id,
+    openai_error_body,
     sse,
     text_of,
 )
@@ -122,9 +123,7 @@ class ChatFormat:
         return ChatCollector()
 
     def error_body(self, status: int, message: str) -> dict[str, Any]:
-        kind = {401: "invalid_request_error", 429: "rate_limit_exceeded"}.get(status,
-                                                                              "server_error")
-        return {"error": {"message": message, "type": kind, "param": None, "code": str(status)}}
+        return openai_error_body(status, message)
 
 
 class ChatCollector:

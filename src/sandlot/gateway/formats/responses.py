@@ -12,6 +12,7 @@ from sandlot.gateway.formats.base import (
     ToolSpec,
     Usage,
     new_id,
+    openai_error_body,
     sse,
     text_of,
 )
@@ -184,9 +185,7 @@ class ResponsesFormat:
         return ResponsesCollector()
 
     def error_body(self, status: int, message: str) -> dict[str, Any]:
-        kind = {401: "invalid_request_error", 429: "rate_limit_exceeded"}.get(status,
-                                                                              "server_error")
-        return {"error": {"message": message, "type": kind, "param": None, "code": str(status)}}
+        return openai_error_body(status, message)
 
 
 class ResponsesCollector:
