@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sandlot.errors import SandboxError
+
 PY_HOOKS = frozenset({"sitecustomize.py", "usercustomize.py"})
 #: Files pytest reads from the ancestors of its arguments (/tests -> /).
 PYTEST_FILES = frozenset({"conftest.py", "pytest.ini", ".pytest.ini", "tox.ini", "setup.cfg",
@@ -43,12 +45,14 @@ def _inside(path: str, folder: str) -> bool:
     return path == folder or path.startswith(folder + "/")
 
 
-def find_planted_hooks(changes: list[Any], workdir: str,
-                       read_text: Any = None) -> list[Finding]:
+def find_planted_hooks(changes: list[Any], workdir: str, read_text: Any = None,
+                       exists: Any = None) -> list[Finding]:
     """Changes (sandlot.sandbox.changes.Change) that would run inside the verifier.
 
     `read_text(path) -> str | None` lets .pth files be inspected (only those with an
     `import` line execute code); without it every changed .pth outside the workdir counts.
+    `exists(path) -> bool | None` answers from the sandbox's own file tree (its image or
+    layer, not the host's); a path it cannot answer for counts as present (the safe side).
     """
     found: list[Finding] = []
     changed = {c.path: c.kind for c in changes}
@@ -85,7 +89,7 @@ def find_planted_hooks(changes: list[Any], workdir: str,
             later = PATH_DIRS[PATH_DIRS.index(folder) + 1:]
             if kind == "modified":
                 found.append(Finding(path, "replaced a system command"))
-            elif any(changed.get(f"{d}/{name}") != "added" and _base_has(d, name, read_text)
+            elif any(changed.get(f"{d}/{name}") != "added" and _base_has(f"{d}/{name}", exists)
                      for d in later):
                 found.append(Finding(path, "PATH shim shadowing a system command"))
     return sorted(found, key=lambda f: f.path)
@@ -131,9 +135,13 @@ def _executes(path: str, read_text: Any) -> bool:
     return any(line.lstrip().startswith(("import ", "import\t")) for line in text.splitlines())
 
 
-def _base_has(folder: str, name: str, read_text: Any) -> bool:
-    """Whether the environment itself has `folder/name` (checked on the host's view)."""
-    return Path(folder, name).exists() or Path(folder, name).is_symlink()
+def _base_has(path: str, exists: Any) -> bool:
+    """Whether the environment itself has `path`: present now and not added by the agent
+    (the caller checks the latter), so present before the agent ran."""
+    if exists is None:
+        return True
+    answer = exists(path)
+    return True if answer is None else bool(answer)
 
 
 async def neutralize_planted_hooks(sandbox: Any, workdir: str) -> list[dict[str, str]]:
@@ -151,8 +159,17 @@ async def neutralize_planted_hooks(sandbox: Any, workdir: str) -> list[dict[str,
         except OSError:
             return None
 
+    def exists(path: str) -> bool | None:
+        if host_path is None:
+            return None
+        try:
+            where = Path(host_path(path))
+        except (SandboxError, OSError):  # a path the backend cannot map: unknown
+            return None
+        return where.exists() or where.is_symlink()
+
     done = []
-    for finding in find_planted_hooks(changes, workdir, read_text):
+    for finding in find_planted_hooks(changes, workdir, read_text, exists):
         await sandbox.restore(finding.path)
         done.append({"path": finding.path, "reason": finding.reason,
                      "action": "restored to the environment's version or removed"})

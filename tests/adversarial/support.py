@@ -96,6 +96,62 @@ def pgrep(pattern: str) -> list[int]:
     return [int(p) for p in proc.stdout.split() if int(p) != os.getpid()]
 
 
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+@contextlib.contextmanager
+def adopting_orphans() -> Iterator[set[int]]:
+    """Make this process the subreaper of everything it starts, for the block's duration.
+
+    When sandlot is SIGKILLed, whatever it started and that outlived it is reparented to us
+    instead of init, so `orphans()` finds it whatever its command line has become (a holder
+    that exec'ed `sleep infinity` no longer names any path). Yields the children we already
+    had, which are not orphans.
+    """
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    before = set(_children())
+    libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    try:
+        yield before
+    finally:
+        libc.prctl(_PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+        orphans(before)  # reap what died in the meantime
+
+
+def _children() -> dict[int, str]:
+    """This process's children and their state letter."""
+    me = os.getpid()
+    out: dict[int, str] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[1]) == me:
+            out[int(stat.parent.name)] = fields[0]
+    return out
+
+
+def orphans(ours: set[int]) -> list[str]:
+    """Living adopted processes ("pid state command line"); dead ones are reaped."""
+    living = []
+    for pid, state in _children().items():
+        if pid in ours:
+            continue
+        if state == "Z":
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)
+            continue
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+        except OSError:
+            continue
+        living.append(f"{pid} {state} {cmd.decode(errors='replace').strip()}")
+    return living
+
+
 def wait_until(predicate: Callable[[], bool], timeout: float = 10.0,
                interval: float = 0.05) -> bool:
     deadline = time.monotonic() + timeout

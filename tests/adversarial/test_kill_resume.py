@@ -17,8 +17,10 @@ from pathlib import Path
 import pytest
 
 from .support import (
+    adopting_orphans,
     load,
     needs_root_sandbox,
+    orphans,
     pgrep,
     popen_sandlot,
     run_sandlot,
@@ -73,6 +75,11 @@ def outcome(result: dict) -> tuple:
 
 
 def test_sigkill_at_random_points_then_resume_loses_nothing(tmp_path, record):
+    with adopting_orphans() as ours:
+        _kill_and_resume(tmp_path, record, ours)
+
+
+def _kill_and_resume(tmp_path: Path, record, ours: set[int]) -> None:
     rng = random.Random(SEED)
     cache = tmp_path / "cache"  # this test's own: holders are found by this path
     marker = f"sandlot-chaos-{os.getpid()}"
@@ -121,6 +128,9 @@ def test_sigkill_at_random_points_then_resume_loses_nothing(tmp_path, record):
         assert wait_until(lambda: not pgrep(marker), 10), f"orphans after kill {cycle + 1}"
         assert wait_until(lambda: not pgrep(str(cache)), 10), (
             f"holders after kill {cycle + 1}: {pgrep(str(cache))}")
+        # Whatever sandlot started was reparented to this test: none may be alive.
+        assert wait_until(lambda: not orphans(ours), 10), (
+            f"processes outlived sandlot after kill {cycle + 1} ({point}): {orphans(ours)}")
         now = snapshot(job)
         changed = [name for name, raw in kept.items() if now.get(name) != raw]
         record.results(len(kept), len(kept) - len(changed))

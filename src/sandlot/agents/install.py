@@ -21,6 +21,8 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+from sandlot.sandbox.procutil import child_setup
+
 MARKER = ".sandlot-installed.json"
 INSTALL_TIMEOUT_SEC = 900.0
 LOCK_POLL_SEC = 0.2
@@ -101,7 +103,8 @@ async def _npm_install(prefix: Path, package: str, version: str, timeout_sec: fl
     env = {**os.environ, "npm_config_update_notifier": "false"}
     proc = await asyncio.create_subprocess_exec(
         *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE, env=env, start_new_session=True)
+        stderr=asyncio.subprocess.PIPE, env=env, start_new_session=True,
+        preexec_fn=child_setup())
     try:
         async with asyncio.timeout(timeout_sec):
             _, err = await proc.communicate()

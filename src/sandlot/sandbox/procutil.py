@@ -13,11 +13,19 @@ _libc = ctypes.CDLL(None, use_errno=True)
 
 
 def child_setup(cgroup_procs: list[str] | None = None) -> Callable[[], None]:
-    """A preexec_fn: join cgroups and get SIGKILLed if sandlot dies (even by SIGKILL)."""
+    """A preexec_fn: join cgroups and get SIGKILLed if sandlot dies (even by SIGKILL).
+
+    The death signal is armed only after fork: if sandlot died in between, the child is
+    already an orphan and the signal would never come, so it exits instead of living on
+    (a holder would otherwise sleep forever).
+    """
     files = list(cgroup_procs or [])
+    parent = os.getpid()
 
     def setup() -> None:
         _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:
+            os._exit(1)
         pid = str(os.getpid()).encode()
         for path in files:
             fd = os.open(path, os.O_WRONLY)
