@@ -46,3 +46,28 @@ class FlakyAgent(ShellAgent):
         if not marker.exists():
             marker.write_text("crashed once")
             raise RuntimeError("simulated harness crash")
+
+
+class FlakyModelAgent(ShellAgent):
+    """Asks the model once per try through the gateway; the first try then crashes (a
+    harness-side exception), so its spend belongs to a retried try."""
+
+    name = "flaky-model"
+    needs_gateway = True
+
+    async def run(self, ctx: AgentContext) -> AgentOutcome:
+        import httpx
+
+        assert ctx.gateway is not None
+        async with httpx.AsyncClient(base_url=ctx.gateway.host_base_url, timeout=30) as client:
+            reply = await client.post(
+                "/v1/chat/completions",
+                headers={"authorization": f"Bearer {ctx.gateway.api_key}"},
+                json={"model": ctx.gateway.model,
+                      "messages": [{"role": "user", "content": "hello"}]})
+            reply.raise_for_status()
+        marker = Path(os.environ["FLAKY_MARKER_DIR"]) / ctx.logs_dir.parent.name
+        if not marker.exists():
+            marker.write_text("crashed once")
+            raise RuntimeError("simulated harness crash after a model call")
+        return await super().run(ctx)

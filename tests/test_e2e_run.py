@@ -317,3 +317,29 @@ def test_infra_errors_are_retried_and_earlier_tries_kept(run_cli, make_task, tmp
     assert "simulated harness crash" in first["error"]["message"]
     summary = load(tmp_path / "jobs" / "f" / "summary.json")
     assert summary["n_trials"] == 1 and summary["n_passed"] == 1
+
+
+def test_the_spend_of_a_retried_try_is_counted_apart(run_cli, make_task, tmp_path):
+    make_task("flaky", instruction="echo fine > /app/out\n")
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    proc = run_cli("run", str(tmp_path / "tasks"), "--agent",
+                   "sandlot_test_agents:FlakyModelAgent", "--model", "scripted/hello",
+                   "--max-retries", "1", "--jobs-dir", str(tmp_path / "jobs"),
+                   "--job-name", "m", env={"FLAKY_MARKER_DIR": str(markers)})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    trial = tmp_path / "jobs" / "m" / "flaky__1"
+    result = load(trial / "result.json")
+    first = load(trial / "retries" / "try-1" / "result.json")
+    assert result["tries"] == 2 and result["passed"]
+    assert first["usage"]["n_requests"] == 1 and result["usage"]["n_requests"] == 1
+    # The retried try's spend is its own figure: kept, and not folded into `usage`.
+    assert result["retried_usage"]["n_requests"] == 1
+    assert result["retried_usage"]["total_tokens"] == first["usage"]["total_tokens"] > 0
+    summary = load(tmp_path / "jobs" / "m" / "summary.json")
+    assert summary["usage"]["n_requests"] == 1
+    assert summary["retried_usage"]["n_requests"] == 1
+    costs = [summary["usage"]["cost_usd"], summary["retried_usage"]["cost_usd"]]
+    known = [c for c in costs if c is not None]
+    assert summary["spend_usd"] == (round(sum(known), 8) if known else None)
+    assert "retried tries" in proc.stdout

@@ -24,7 +24,7 @@ from sandlot.fsutil import write_model
 from sandlot.live import TrialLive
 from sandlot.models import RESUMABLE_SETTINGS, JobConfig, JobSummary, TrialResult
 from sandlot.redact import secrets_from_env
-from sandlot.report.summary import summarize
+from sandlot.report.summary import sum_usage, summarize
 from sandlot.sandbox.base import SandboxBackend
 from sandlot.tasks.loader import Task
 from sandlot.trial import TrialPlan, TrialSettings, run_trial
@@ -204,6 +204,7 @@ async def run_job(config: JobConfig, tasks: list[Task], backend: SandboxBackend,
 
     async def one(plan: TrialPlan) -> None:
         async with slots:
+            earlier_usage: list[dict[str, object]] = []  # spent by tries that were retried
             for try_number in range(1, config.max_retries + 2):
                 live = TrialLive(plan.name, plan.task.name, plan.attempt, try_number)
                 observer.trial_started(plan, try_number, live)
@@ -213,10 +214,13 @@ async def run_job(config: JobConfig, tasks: list[Task], backend: SandboxBackend,
                 retry = (result.error is not None and result.error.kind in RETRYABLE_KINDS
                          and try_number <= config.max_retries)
                 if not retry:
+                    result.retried_usage = sum_usage(earlier_usage)
                     write_model(plan.dir / "result.json", result)
                     run.results[plan.name] = result
                     observer.trial_finished(result, run.write_summary())
                     return
+                if result.usage is not None:
+                    earlier_usage.append(result.usage)
                 delay = min(MAX_BACKOFF_SEC, backoff_base_sec * 2 ** (try_number - 1))
                 observer.trial_retrying(plan, result, delay)
                 await asyncio.to_thread(_archive_try, plan.dir, try_number)

@@ -134,6 +134,10 @@ class TrialResult(BaseModel):
     verifier_exit_code: int | None = Field(default=None, description="Exit code of test.sh.")
     usage: dict[str, object] | None = Field(
         default=None, description="Token usage and cost counted by the gateway (trusted).")
+    retried_usage: dict[str, object] | None = Field(
+        default=None, description="Gateway usage of this trial's earlier tries that ended in "
+        "a retried infrastructure error (their files are in retries/try-N/); spent, but not "
+        "part of `usage`, which is this result's own.")
     agent_info: dict[str, object] = Field(
         default_factory=dict, description="What the agent reported: turns, tool calls...")
     attempts: list[dict[str, object]] = Field(
@@ -209,6 +213,11 @@ class JobSummary(BaseModel):
     timing: dict[str, PhaseTiming] = Field(default_factory=dict)
     usage: dict[str, object] | None = Field(
         default=None, description="Gateway usage summed over trials (null: no model used).")
+    retried_usage: dict[str, object] | None = Field(
+        default=None, description="Gateway usage of retried tries, summed (not in `usage`).")
+    spend_usd: float | None = Field(
+        default=None, description="What the job cost: `usage` plus `retried_usage` cost "
+        "(null: no known price).")
     cost_per_passed_usd: float | None = Field(
         default=None, description="Gateway cost of all trials / n_passed (null: no pass or "
         "no known price).")

@@ -15,7 +15,8 @@ count in one step (both under the same lock): the trusted count can be lower (th
 gateway figure includes an estimate of output still streaming; a self-report can
 over-count), so the total may dip at that moment. That dip is intended: clamping would
 falsify the trusted sum. A try that ends in a retried infrastructure error drops its
-live figure the same way; its usage stays in its archived result, not in the totals.
+live figure the same way; its usage stays in its archived result and the final
+result's `retried_usage` (summary.json's `spend_usd` includes it), not in these totals.
 
 Threads. Job events arrive on the event loop's thread; views call `frame()` from a
 render or ticker thread. Events change state under `lock`; `frame()` copies the running

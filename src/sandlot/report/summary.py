@@ -85,6 +85,8 @@ def summarize(job_name: str, agent: str, model: str | None, n_planned: int, max_
             phases[phase].append(sec)
     kinds = Counter(str(r.error.kind) for r in results if r.error is not None)
     usage = sum_usage([r.usage for r in results if r.usage is not None])
+    retried = sum_usage([r.retried_usage for r in results if r.retried_usage is not None])
+    costs = [u["cost_usd"] for u in (usage, retried) if u and u.get("cost_usd") is not None]
     return JobSummary(
         job_name=job_name, agent=agent, model=model, n_trials_planned=n_planned,
         n_trials=len(results), n_passed=n_passed, n_failed=len(scored) - n_passed,
@@ -96,7 +98,8 @@ def summarize(job_name: str, agent: str, model: str | None, n_planned: int, max_
         errors_by_kind=dict(sorted(kinds.items())),
         timing={p: PhaseTiming(mean_sec=round(sum(v) / len(v), 4), total_sec=round(sum(v), 4))
                 for p, v in phases.items()},
-        usage=usage,
+        usage=usage, retried_usage=retried,
+        spend_usd=round(sum(float(c) for c in costs), 8) if costs else None,  # type: ignore[arg-type]
         **usage_rates(results, usage, n_passed, model is not None),  # type: ignore[arg-type]
         n_resumed=n_resumed, n_cancelled=kinds.get(str(ErrorKind.CANCELLED), 0),
         complete=complete,

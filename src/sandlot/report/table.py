@@ -74,6 +74,11 @@ def summary_table(summary: JobSummary) -> Table:
                                        f"{tokens_text(u.get('output_tokens'))}"),
                  ("model requests", str(u.get("n_requests"))),
                  ("cost (gateway)", cost_text(u.get("cost_usd")))]
+        if summary.retried_usage:
+            r = summary.retried_usage
+            rows.append(("retried tries (tokens / cost)",
+                         f"{tokens_text(r.get('total_tokens'))} / {cost_text(r.get('cost_usd'))}"))
+            rows.append(("total spend", cost_text(summary.spend_usd)))
         n = summary.n_trials or 1
         if u.get("cost_usd") is not None:
             rows.append(("cost per trial", cost_text(float(u["cost_usd"]) / n)))  # type: ignore[arg-type]
