@@ -95,11 +95,18 @@ def tasks_check(
 @agents_app.command("list")
 def agents_list(
     cache_dir: Annotated[Path | None, typer.Option(help="sandlot's cache folder.")] = None,
+    agents_file: Annotated[Path | None, typer.Option(
+        help="A TOML file of extra ACP agents, listed too.")] = None,
 ) -> None:
     """The agents sandlot can run, their pinned versions and whether they are installed."""
     from rich.table import Table
 
-    from sandlot.agents.acp_registry import agent_rows
+    from sandlot.agents.acp_registry import AgentCatalog, AgentSpecError
+
+    try:
+        catalog = AgentCatalog.load(agents_file)
+    except AgentSpecError as exc:
+        raise _fail(Console(highlight=False), str(exc)) from exc
 
     table = Table(title="Agents", title_justify="left")
     for col in ("name", "kind", "version", "installed", "needs", "note"):
@@ -109,7 +116,7 @@ def agents_list(
                ("pi", "Pi coding agent over RPC (npm, needs --model)")]
     for name, note in builtin:
         table.add_row(name, "built-in", "", "", "", note)
-    for row in agent_rows(cache_dir or default_cache_dir()):
+    for row in catalog.rows(cache_dir or default_cache_dir()):
         installed = {True: "yes", False: "no", None: "—"}[row["installed"]]  # type: ignore[index]
         needs = row["needs"]
         table.add_row(str(row["name"]), "acp", str(row["version"] or ""), installed,
@@ -217,12 +224,11 @@ def run(
         raise _fail(console, f"{str(tasks_dir)[:300]} is not a folder")
     if agent_network not in (None, "none", "public"):
         raise _fail(console, f"--agent-network must be none or public, not {agent_network!r}")
-    try:
-        if agents_file is not None:
-            from sandlot.agents.acp_registry import register_agents_file
+    from sandlot.agents.acp_registry import AgentCatalog
 
-            register_agents_file(agents_file)
-        create_agent(agent, model)
+    try:
+        catalog = AgentCatalog.load(agents_file)
+        create_agent(agent, model, catalog)
     except (UnknownAgentError, ValueError) as exc:
         raise _fail(console, str(exc)) from exc
     paths = discover_tasks(tasks_dir, include, exclude, n_tasks)
@@ -267,7 +273,7 @@ def run(
     if model is not None:
         gateway = _make_gateway(console, model, api_base, api_key_env,
                                 _scripts_dirs(scripts_dir, tasks_dir))
-    elif getattr(create_agent(agent), "needs_gateway", False):
+    elif getattr(create_agent(agent, None, catalog), "needs_gateway", False):
         raise _fail(console, f"agent {agent!r} calls a model: pass --model provider/model "
                     "(e.g. scripted/solver for a dry run, openai/gpt-4.1)")
     from sandlot.display import make_display
@@ -280,7 +286,8 @@ def run(
                            sandbox=sandbox, n_planned=len(tasks) * n_attempts, quiet=quiet,
                            json_events=json_events, heartbeat_sec=heartbeat_sec,
                            stall_after_sec=stall_after_sec)
-    coro = run_job(config, tasks, backend, masked, display, gateway=gateway, cache_dir=cache)
+    coro = run_job(config, tasks, backend, masked, display, gateway=gateway, cache_dir=cache,
+                   agents=catalog)
     try:
         with display:
             summary = _run_cancellable(coro)

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 from pydantic import ValidationError
 
 from sandlot.agents import create_agent
+from sandlot.agents.acp_registry import AgentCatalog
 from sandlot.errors import RETRYABLE_KINDS, ErrorKind
 from sandlot.fsutil import write_model
 from sandlot.live import TrialLive
@@ -163,14 +164,15 @@ async def run_job(config: JobConfig, tasks: list[Task], backend: SandboxBackend,
                   masked_paths: tuple[Path, ...], observer: JobObserver | None = None,
                   backoff_base_sec: float = 1.0,
                   sleep: Callable[[float], object] = asyncio.sleep,
-                  gateway: Any = None, cache_dir: Path | None = None) -> JobSummary:
+                  gateway: Any = None, cache_dir: Path | None = None,
+                  agents: AgentCatalog | None = None) -> JobSummary:
     """Run (or resume) a job. On cancellation the partial summary is written, then re-raised.
 
     Raises: ConfigMismatchError before anything starts if a resumed job's settings differ.
     """
     observer = observer or SilentObserver()
     # Before the job folder exists: a failed install leaves nothing to resume or refuse.
-    await _prepare_agent(config, cache_dir)
+    await _prepare_agent(config, cache_dir, agents)
     root = prepare_job_dir(config)
     for leftover in root.rglob(".*.tmp"):  # a write or a retry archive a kill cut short
         if leftover.is_dir() and not leftover.is_symlink():
@@ -208,7 +210,7 @@ async def run_job(config: JobConfig, tasks: list[Task], backend: SandboxBackend,
             for try_number in range(1, config.max_retries + 2):
                 live = TrialLive(plan.name, plan.task.name, plan.attempt, try_number)
                 observer.trial_started(plan, try_number, live)
-                agent = create_agent(config.agent, config.model)
+                agent = create_agent(config.agent, config.model, agents)
                 result = await run_trial(plan, settings, backend, agent, verifier, live)
                 result.tries = try_number
                 retry = (result.error is not None and result.error.kind in RETRYABLE_KINDS
@@ -252,9 +254,10 @@ def _notify(observer: object, hook: str, *args: object) -> None:
         method(*args)
 
 
-async def _prepare_agent(config: JobConfig, cache_dir: Path | None) -> None:
+async def _prepare_agent(config: JobConfig, cache_dir: Path | None,
+                         agents: AgentCatalog | None) -> None:
     """Run the agent's once-per-job preparation; one clear error instead of N failed trials."""
-    agent = create_agent(config.agent, config.model)
+    agent = create_agent(config.agent, config.model, agents)
     prepare = getattr(agent, "prepare", None)
     if prepare is None or cache_dir is None:
         return

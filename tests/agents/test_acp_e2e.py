@@ -246,9 +246,10 @@ def test_an_agent_that_never_answers_the_handshake_is_errored_not_failed(run_cli
     marker = f"sleepy-{tmp_path.name}"
     agents_file.write_text(f'[agents.sleepy]\ncommand = ["sh", "-c", "sleep 600; : {marker}"]\n'
                            "handshake_timeout_sec = 3\n")
+    # Named by --agents-file: the run's catalog must reach every trial of the job.
     proc = run_cli("run", str(tmp_path / "tasks"), "--agent", "sleepy", "--model",
                    "scripted/hello", "--jobs-dir", str(tmp_path / "jobs"), "--job-name", "j",
-                   env={"SANDLOT_AGENTS_FILE": str(agents_file)})
+                   "--agents-file", str(agents_file))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     result = _result(tmp_path / "jobs" / "j" / "sleepy__1")
     assert result["error"]["kind"] == "agent_handshake_timeout"

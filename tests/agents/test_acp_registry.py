@@ -79,12 +79,17 @@ handshake_timeout_sec = 5
     assert mine.command == ("my-agent", "--acp") and mine.needs_node == (20, 6)
     assert mine.permission == "reject" and mine.handshake_timeout_sec == 5
     assert mine.source == "file"
-    monkeypatch.setattr(registry, "_USER_SPECS", {})
-    monkeypatch.setattr(registry, "_ENV_FILE_LOADED", [])
-    monkeypatch.setenv(registry.AGENTS_FILE_ENV, str(path))
-    agent = create_agent("mine", "scripted/x")
+    # An explicit file (--agents-file) reaches the agent through the run's catalog...
+    monkeypatch.delenv(registry.AGENTS_FILE_ENV, raising=False)
+    catalog = registry.AgentCatalog.load(path)
+    agent = create_agent("mine", "scripted/x", catalog)
     assert isinstance(agent, AcpAgent) and agent.spec.env == {"MY_URL": "{gateway}/v1"}
-    rows = {r["name"]: r for r in registry.agent_rows(tmp_path)}
+    # ...and nowhere else: no process-wide table remembers it.
+    with pytest.raises(UnknownAgentError, match="unknown agent 'mine'"):
+        create_agent("mine", "scripted/x")
+    monkeypatch.setenv(registry.AGENTS_FILE_ENV, str(path))
+    assert isinstance(create_agent("mine", "scripted/x"), AcpAgent)
+    rows = {r["name"]: r for r in catalog.rows(tmp_path)}
     assert rows["mine"]["source"] == "file" and rows["mine"]["installed"] is False
     assert "node >= 20.6" in str(rows["mine"]["needs"])
 
@@ -108,10 +113,22 @@ def test_the_listing_shows_versions_installs_and_needs(tmp_path: Path):
     folder = tmp_path / "agents" / "codex" / "0.16.0"
     folder.mkdir(parents=True)
     (folder / MARKER).write_text("{}")
-    rows = {r["name"]: r for r in registry.agent_rows(tmp_path)}
+    rows = {r["name"]: r for r in registry.AgentCatalog.load(environ={}).rows(tmp_path)}
     assert {"claude", "codex", "gemini", "opencode", "goose"} <= set(rows)
     assert rows["codex"]["installed"] is True and rows["claude"]["installed"] is False
     assert rows["goose"]["installed"] is None and "PATH" in str(rows["goose"]["needs"])
     assert rows["gemini"]["runnable"] is False
     assert "Responses" in str(rows["codex"]["needs"])
     assert get_spec("claude").version == rows["claude"]["version"]
+
+
+def test_an_explicit_agents_file_wins_over_the_environment_one(tmp_path: Path):
+    env_file, explicit = tmp_path / "env.toml", tmp_path / "explicit.toml"
+    env_file.write_text('[agents.mine]\ncommand = "from-env"\n')
+    explicit.write_text('[agents.mine]\ncommand = "from-flag"\n')
+    catalog = registry.AgentCatalog.load(explicit,
+                                         environ={registry.AGENTS_FILE_ENV: str(env_file)})
+    assert catalog.get_spec("mine").command == ("from-flag",)
+    assert registry.AgentCatalog.load(
+        environ={registry.AGENTS_FILE_ENV: str(env_file)}).get_spec("mine").command == (
+        "from-env",)

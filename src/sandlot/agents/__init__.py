@@ -26,26 +26,34 @@ class UnknownAgentError(ValueError):
     pass
 
 
-def resolve_agent_path(name: str) -> str:
+def resolve_agent_path(name: str, catalog: acp_registry.AgentCatalog | None = None) -> str:
     if name in AGENTS:
         return AGENTS[name]
     try:
-        if acp_registry.is_acp_agent(name):
-            acp_registry.get_spec(name)  # a bad `acp:` command fails here, clearly
+        catalog = catalog or acp_registry.AgentCatalog.load()
+        if catalog.is_acp_agent(name):
+            catalog.get_spec(name)  # a bad `acp:` command fails here, clearly
             return ACP_AGENT_PATH
     except acp_registry.AgentSpecError as exc:
         raise UnknownAgentError(str(exc)) from None
     if ":" in name:
         return name
-    known = ", ".join(sorted([*AGENTS, *acp_registry.known_specs()]))
+    known = ", ".join(sorted([*AGENTS, *catalog.specs()]))
     raise UnknownAgentError(f"unknown agent {name!r}; choose one of {known}, "
                             'acp:"<command>" for any ACP agent, or module:Class')
 
 
-def create_agent(name: str, model: str | None = None) -> Agent:
+def create_agent(name: str, model: str | None = None,
+                 catalog: acp_registry.AgentCatalog | None = None) -> Agent:
     """Instantiate an agent by registry name, ACP agent name, `acp:<command>` or
-    `module:Class`."""
-    path = resolve_agent_path(name)
+    `module:Class`. `catalog` is the run's ACP agents (default: built-ins and
+    $SANDLOT_AGENTS_FILE)."""
+    if catalog is None and name not in AGENTS:
+        try:
+            catalog = acp_registry.AgentCatalog.load()
+        except acp_registry.AgentSpecError as exc:
+            raise UnknownAgentError(str(exc)) from None
+    path = resolve_agent_path(name, catalog)
     module_name, _, class_name = path.partition(":")
     try:
         module = importlib.import_module(module_name)
@@ -57,7 +65,8 @@ def create_agent(name: str, model: str | None = None) -> Agent:
         raise UnknownAgentError(f"cannot load agent {name!r}: {path} is not a class")
     try:
         if path == ACP_AGENT_PATH:
-            return cls(model=model, agent=name)
+            assert catalog is not None
+            return cls(model=model, agent=name, spec=catalog.get_spec(name))
         return cls(model=model)
     except UnknownAgentError:
         raise

@@ -229,10 +229,6 @@ BUILTIN_SPECS: dict[str, AcpAgentSpec] = {
     ),
 }
 
-#: Agents registered from agents files in this process (`register_agents_file`).
-_USER_SPECS: dict[str, AcpAgentSpec] = {}
-_ENV_FILE_LOADED: list[str] = []
-
 #: What `acp:<command>` agents get: the gateway under the names most clients read.
 _GENERIC_ENV = {
     "SANDLOT_GATEWAY_URL": "{gateway}", "SANDLOT_GATEWAY_KEY": "{api_key}",
@@ -330,61 +326,77 @@ def load_agents_file(path: Path) -> dict[str, AcpAgentSpec]:
     return specs
 
 
-def register_agents_file(path: Path) -> list[str]:
-    """Make an agents file's agents available by name in this process (`--agents-file`);
-    they win over the built-in entries of the same name. Returns the names."""
-    specs = load_agents_file(path)
-    _USER_SPECS.update(specs)
-    return sorted(specs)
+@dataclass(frozen=True)
+class AgentCatalog:
+    """The ACP agents one run knows: the built-in entries plus those from agents files.
 
+    A value passed down from the CLI to the job (never a module-level table), so two runs
+    in one process, or a test, cannot see each other's agents.
+    """
 
-def _load_env_file() -> None:
-    """$SANDLOT_AGENTS_FILE, read once: the same as --agents-file for every run."""
-    path = os.environ.get(AGENTS_FILE_ENV)
-    if path and path not in _ENV_FILE_LOADED:
-        _ENV_FILE_LOADED.append(path)
-        for name, spec in load_agents_file(Path(path)).items():
-            _USER_SPECS.setdefault(name, spec)
+    user: Mapping[str, AcpAgentSpec] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, agents_file: Path | None = None,
+             environ: Mapping[str, str] | None = None) -> AgentCatalog:
+        """Built-ins, then $SANDLOT_AGENTS_FILE, then `agents_file` (`--agents-file`): a
+        later source wins for a name they share.
+
+        Raises: AgentSpecError naming the file and the problem.
+        """
+        env = os.environ if environ is None else environ
+        user: dict[str, AcpAgentSpec] = {}
+        if env.get(AGENTS_FILE_ENV):
+            user.update(load_agents_file(Path(env[AGENTS_FILE_ENV])))
+        if agents_file is not None:
+            user.update(load_agents_file(agents_file))
+        return cls(user=user)
+
+    def specs(self) -> dict[str, AcpAgentSpec]:
+        return {**BUILTIN_SPECS, **self.user}
+
+    def is_acp_agent(self, name: str) -> bool:
+        return name.startswith(ACP_PREFIX) or name in self.specs()
+
+    def get_spec(self, name: str) -> AcpAgentSpec:
+        """The spec for a known name or `acp:<command>`.
+
+        Raises: AgentSpecError for anything else.
+        """
+        if name.startswith(ACP_PREFIX):
+            return command_spec(name)
+        specs = self.specs()
+        if name in specs:
+            return specs[name]
+        raise AgentSpecError(f"unknown ACP agent {name!r}; known: {', '.join(sorted(specs))}, "
+                             'or acp:"<command>"')
+
+    def rows(self, cache_dir: Path) -> list[dict[str, object]]:
+        """One row per ACP agent for `sandlot agents list`: name, version, installed..."""
+        rows: list[dict[str, object]] = []
+        for name, spec in sorted(self.specs().items()):
+            if spec.npm and spec.version:
+                installed: object = is_installed(installed_dir(cache_dir, name, spec.version))
+            else:
+                installed = None  # not sandlot's to install
+            rows.append({"name": name, "kind": "acp", "package": spec.npm or spec.command[0],
+                         "version": spec.version, "installed": installed,
+                         "needs": spec.needs(), "source": spec.source,
+                         "description": spec.description,
+                         "runnable": spec.unsupported_reason() is None,
+                         "note": spec.unsupported_reason() or spec.install_hint})
+        return rows
 
 
 def known_specs() -> dict[str, AcpAgentSpec]:
-    _load_env_file()
-    return {**BUILTIN_SPECS, **_USER_SPECS}
-
-
-def is_acp_agent(name: str) -> bool:
-    return name.startswith(ACP_PREFIX) or name in known_specs()
+    """Built-ins and $SANDLOT_AGENTS_FILE's agents (read now, not cached)."""
+    return AgentCatalog.load().specs()
 
 
 def get_spec(name: str) -> AcpAgentSpec:
-    """The spec for a registered name or `acp:<command>`.
-
-    Raises: AgentSpecError for anything else.
-    """
-    if name.startswith(ACP_PREFIX):
-        return command_spec(name)
-    specs = known_specs()
-    if name in specs:
-        return specs[name]
-    raise AgentSpecError(f"unknown ACP agent {name!r}; known: {', '.join(sorted(specs))}, "
-                         'or acp:"<command>"')
+    """`AgentCatalog.load().get_spec(name)`: built-ins, $SANDLOT_AGENTS_FILE, `acp:`."""
+    return AgentCatalog.load().get_spec(name)
 
 
 def with_version(spec: AcpAgentSpec, version: str | None) -> AcpAgentSpec:
     return replace(spec, version=version) if version and spec.npm else spec
-
-
-def agent_rows(cache_dir: Path) -> list[dict[str, object]]:
-    """One row per ACP agent for `sandlot agents list`: name, version, installed, needs."""
-    rows: list[dict[str, object]] = []
-    for name, spec in sorted(known_specs().items()):
-        if spec.npm and spec.version:
-            installed: object = is_installed(installed_dir(cache_dir, name, spec.version))
-        else:
-            installed = None  # not sandlot's to install
-        rows.append({"name": name, "kind": "acp", "package": spec.npm or spec.command[0],
-                     "version": spec.version, "installed": installed, "needs": spec.needs(),
-                     "source": spec.source, "description": spec.description,
-                     "runnable": spec.unsupported_reason() is None,
-                     "note": spec.unsupported_reason() or spec.install_hint})
-    return rows
