@@ -1,31 +1,78 @@
-"""Children die with sandlot, including when sandlot dies between fork and exec."""
+"""Children die with sandlot, including when sandlot dies between fork and exec; they join
+their cgroups before the command runs."""
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
+import sys
+import time
+from pathlib import Path
 
-from sandlot.sandbox.procutil import child_setup
+from sandlot.sandbox.procutil import CGROUP_JOIN_FAILED, die_with_sandlot
 
 
-def test_a_child_of_a_living_sandlot_runs() -> None:
-    assert subprocess.run(["true"], preexec_fn=child_setup()).returncode == 0
+def test_a_child_of_a_living_sandlot_runs_its_command() -> None:
+    out = subprocess.run(die_with_sandlot(["sh", "-c", 'echo "ran $0 $1"', "a b", "c"]),
+                         capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout == "ran a b c\n"
 
 
 def test_a_child_whose_parent_is_already_gone_exits_instead_of_running() -> None:
-    """The death signal is armed after fork; a child forked by a process that is not the one
-    that prepared the hook (as if sandlot died in that window) must not run its command."""
-    setup = child_setup()  # prepared here: the "sandlot" is this process
-    marker_read, marker_write = os.pipe()
+    """A child launched by a process other than the one that built the prefix (as if
+    sandlot died between fork and exec, and the child now has another parent) must not
+    run its command: nothing would ever kill it."""
+    argv = die_with_sandlot(["sh", "-c", "echo ran"])  # built here: this is "sandlot"
     pid = os.fork()
-    if pid == 0:  # a different parent launches the child
-        os.close(marker_read)
-        code = subprocess.run(["sh", "-c", f"echo ran >&{marker_write}"],
-                              preexec_fn=setup, pass_fds=(marker_write,)).returncode
+    if pid == 0:  # another parent launches it
+        code = subprocess.run(argv, stdout=subprocess.DEVNULL).returncode
         os._exit(code)
-    os.close(marker_write)
     _, status = os.waitpid(pid, 0)
-    ran = os.read(marker_read, 100)
-    os.close(marker_read)
     assert os.waitstatus_to_exitcode(status) == 1
-    assert ran == b"", "the orphaned child ran its command"
+
+
+def test_the_child_joins_its_cgroups_before_the_command(tmp_path: Path) -> None:
+    procs = [tmp_path / "memory.procs", tmp_path / "pids.procs"]
+    out = subprocess.run(die_with_sandlot(["sh", "-c", "echo $$"], [str(p) for p in procs]),
+                         capture_output=True, text=True)
+    assert out.returncode == 0
+    assert [p.read_text() for p in procs] == [out.stdout] * 2  # the pid that ran the command
+
+
+def test_a_cgroup_that_cannot_be_joined_stops_the_launch(tmp_path: Path) -> None:
+    out = subprocess.run(die_with_sandlot(["sh", "-c", "echo ran"],
+                                          [str(tmp_path / "gone" / "cgroup.procs")]),
+                         capture_output=True, text=True)
+    assert out.returncode == CGROUP_JOIN_FAILED and out.stdout == ""
+    assert out.stderr.startswith("sandlot: cannot join cgroup")
+
+
+def test_the_child_is_killed_when_sandlot_is(tmp_path: Path) -> None:
+    """A stand-in sandlot starts a long command through the prefix and is SIGKILLed."""
+    pid_file = tmp_path / "child.pid"
+    code = ("import subprocess, sys, time\n"
+            "from sandlot.sandbox.procutil import die_with_sandlot\n"
+            f"subprocess.Popen(die_with_sandlot(['sh', '-c', 'echo $$ > {pid_file}; "
+            "exec sleep 600']))\n"
+            "time.sleep(600)\n")
+    sandlot = subprocess.Popen([sys.executable, "-c", code])
+    deadline = time.monotonic() + 10
+    while not (pid_file.exists() and pid_file.read_text().strip()):
+        assert time.monotonic() < deadline, "the child never started"
+        time.sleep(0.02)
+    child = int(pid_file.read_text())
+    sandlot.send_signal(signal.SIGKILL)
+    sandlot.wait()
+    deadline = time.monotonic() + 10
+    while _alive(child):
+        assert time.monotonic() < deadline, f"pid {child} outlived its sandlot"
+        time.sleep(0.02)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"

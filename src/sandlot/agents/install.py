@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from sandlot.sandbox.procutil import child_setup
+from sandlot.sandbox.procutil import die_with_sandlot
 
 MARKER = ".sandlot-installed.json"
 INSTALL_TIMEOUT_SEC = 900.0
@@ -102,9 +102,8 @@ async def _npm_install(prefix: Path, package: str, version: str, timeout_sec: fl
             "--omit=dev", "--no-progress", "--no-update-notifier", f"{package}@{version}"]
     env = {**os.environ, "npm_config_update_notifier": "false"}
     proc = await asyncio.create_subprocess_exec(
-        *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE, env=env, start_new_session=True,
-        preexec_fn=child_setup())
+        *die_with_sandlot(argv), stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE, env=env, start_new_session=True)
     try:
         async with asyncio.timeout(timeout_sec):
             _, err = await proc.communicate()

@@ -23,7 +23,7 @@ from sandlot.errors import SandboxError
 from sandlot.sandbox.base import DEFAULT_PATH, ExecResult, Network, SandboxSpec
 from sandlot.sandbox.cgroups import CgroupLimits
 from sandlot.sandbox.changes import Change, walk_upper
-from sandlot.sandbox.procutil import child_setup, read_capped
+from sandlot.sandbox.procutil import CGROUP_JOIN_FAILED, die_with_sandlot, read_capped
 
 #: Host paths every sandbox sees as empty folders: no host secrets, no host HOME.
 DEFAULT_MASKS = ("/root", "/home", "/tmp", "/var/tmp", "/run", "/mnt", "/media", "/srv",
@@ -36,7 +36,7 @@ SLIRP_DNS = "10.0.2.3"
 #: The environment of the nsenter/bwrap launcher: nothing of sandlot's own (bwrap's init
 #: is PID 1 inside, and /proc/1/environ is readable there). Commands get --setenv only.
 LAUNCH_ENV = {"PATH": DEFAULT_PATH}
-REQUIRED_TOOLS = ("bwrap", "unshare", "nsenter", "mount")
+REQUIRED_TOOLS = ("bwrap", "unshare", "nsenter", "mount", "setpriv")
 INSTALL_HINT = "install it with: apt-get install -y bubblewrap slirp4netns util-linux"
 
 
@@ -247,10 +247,10 @@ class LocalSandbox:
             self.spec.name, self.spec.memory_mb, self.spec.cpus, self.spec.pids_max
         )
         self._holder = await asyncio.create_subprocess_exec(
-            "unshare", "--mount", "--net", "--propagation", "private", "--", "/bin/sh", "-c",
-            script,
+            *die_with_sandlot(["unshare", "--mount", "--net", "--propagation", "private",
+                               "--", "/bin/sh", "-c", script]),
             stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE, preexec_fn=child_setup(), env=LAUNCH_ENV,
+            stderr=asyncio.subprocess.PIPE, env=LAUNCH_ENV,
         )
         assert self._holder.stdout is not None
         try:
@@ -324,11 +324,12 @@ class LocalSandbox:
             read_fd, write_fd = os.pipe()
             try:
                 self._slirp = await asyncio.create_subprocess_exec(
-                    "slirp4netns", "--configure", "--mtu=65520", "--disable-host-loopback",
-                    f"--ready-fd={write_fd}", str(self._holder.pid), "tap0",
+                    *die_with_sandlot([
+                        "slirp4netns", "--configure", "--mtu=65520",
+                        "--disable-host-loopback", f"--ready-fd={write_fd}",
+                        str(self._holder.pid), "tap0"]),
                     stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
-                    stderr=asyncio.subprocess.DEVNULL, pass_fds=(write_fd,),
-                    preexec_fn=child_setup(),
+                    stderr=asyncio.subprocess.DEVNULL, pass_fds=(write_fd,), env=LAUNCH_ENV,
                 )
             finally:
                 os.close(write_fd)
@@ -426,11 +427,10 @@ class LocalSandbox:
         cg = self._cgroups
         try:
             return await asyncio.create_subprocess_exec(
-                *full,
+                *die_with_sandlot(full, cg.procs_files if cg else None),
                 stdin=asyncio.subprocess.PIPE if stdin_pipe else asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-                limit=stream_limit, preexec_fn=child_setup(cg.procs_files if cg else None),
-                env=LAUNCH_ENV, start_new_session=True,
+                limit=stream_limit, env=LAUNCH_ENV, start_new_session=True,
             )
         except OSError as exc:
             raise SandboxError(f"cannot start bwrap: {exc}") from exc
@@ -474,6 +474,8 @@ class LocalSandbox:
             (out, out_trunc), (err, err_trunc) = await asyncio.wait_for(readers, 10)
         except TimeoutError:
             out, out_trunc, err, err_trunc = b"", True, b"", True
+        if proc.returncode == CGROUP_JOIN_FAILED and err.startswith(b"sandlot: cannot join"):
+            raise SandboxError(err.decode(errors="replace").strip())
         after = cg.counters() if cg else (0, 0)
         limit = None
         if after[0] > before[0]:

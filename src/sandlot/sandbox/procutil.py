@@ -3,38 +3,35 @@
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import os
-import signal
-from collections.abc import Callable
 
-_PR_SET_PDEATHSIG = 1
-_libc = ctypes.CDLL(None, use_errno=True)
+#: Runs in the child before the real command: sandlot's pid, the number of cgroup.procs
+#: files, the files, then the command. The death signal is already armed by setpriv; a
+#: child whose parent is no longer that sandlot (it died in between) exits instead.
+_LAUNCH_SCRIPT = (
+    '[ "$PPID" = "$0" ] || exit 1; n=$1; shift; '
+    'while [ "$n" -gt 0 ]; do { echo $$ > "$1"; } 2>/dev/null || '
+    '{ echo "sandlot: cannot join cgroup $1" >&2; exit 125; }; shift; n=$((n - 1)); done; '
+    'exec "$@"'
+)
+#: The exit code of a launch that could not join its cgroups.
+CGROUP_JOIN_FAILED = 125
 
 
-def child_setup(cgroup_procs: list[str] | None = None) -> Callable[[], None]:
-    """A preexec_fn: join cgroups and get SIGKILLed if sandlot dies (even by SIGKILL).
+def die_with_sandlot(argv: list[str], cgroup_procs: list[str] | None = None) -> list[str]:
+    """`argv` prefixed so the child arms SIGKILL-on-sandlot's-death, checks sandlot still
+    lives, joins the given cgroups, then execs `argv`.
 
-    The death signal is armed only after fork: if sandlot died in between, the child is
-    already an orphan and the signal would never come, so it exits instead of living on
-    (a holder would otherwise sleep forever).
+    PR_SET_PDEATHSIG kills the child even when sandlot dies by SIGKILL. The child arms it
+    itself (setpriv) and then checks its parent, since a child forked in the instant
+    before sandlot died would otherwise miss the signal and live on (a holder would sleep
+    forever). Done in the child, so no preexec_fn is needed and Python spawns with vfork:
+    a preexec_fn forces a full fork of the sandlot process, which holds the event loop
+    ~10 ms per launch (benchmarks/spawn.py).
     """
     files = list(cgroup_procs or [])
-    parent = os.getpid()
-
-    def setup() -> None:
-        _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        if os.getppid() != parent:
-            os._exit(1)
-        pid = str(os.getpid()).encode()
-        for path in files:
-            fd = os.open(path, os.O_WRONLY)
-            try:
-                os.write(fd, pid)
-            finally:
-                os.close(fd)
-
-    return setup
+    return ["setpriv", "--pdeathsig", "SIGKILL", "--", "/bin/sh", "-c", _LAUNCH_SCRIPT,
+            str(os.getpid()), str(len(files)), *files, *argv]
 
 
 async def read_capped(stream: asyncio.StreamReader | None, limit: int) -> tuple[bytes, bool]:
