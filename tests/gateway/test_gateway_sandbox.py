@@ -150,6 +150,10 @@ def test_each_sandbox_reaches_its_own_trial_port_only(runner, tmp_path):
                 # Each probe's chat call landed in its own trial's trajectory.
                 assert [r["trial"] for r in records(a)] == ["t0"]
                 assert [r["trial"] for r in records(b)] == ["t1"]
+                # A live key of another trial is refused on this sandbox's own port.
+                stolen = await probe(boxes[0], a.sandbox_port, b.key, [a.sandbox_port])
+                assert stolen["models"][0] == stolen["chat"][0] == 401, stolen
+                assert [r["trial"] for r in records(b)] == ["t1"]  # nothing spent on b
         finally:
             for box in boxes:
                 await box.stop()

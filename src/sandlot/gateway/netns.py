@@ -14,6 +14,8 @@ import socket
 import threading
 
 CLONE_NEWNET = 0x40000000
+#: getsockopt: the 64-bit id of the network namespace a socket lives in (Linux >= 5.14).
+SO_NETNS_COOKIE = 71
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -48,3 +50,13 @@ def listen_in_netns(netns_path: str, host: str = "127.0.0.1", port: int = 0) -> 
     if "error" in result:
         raise result["error"]  # type: ignore[misc]
     return result["sock"]  # type: ignore[return-value]
+
+
+def netns_cookie(sock: object) -> int | None:
+    """The id of the network namespace `sock` (a socket or asyncio's TransportSocket) lives
+    in; None where the kernel cannot tell (older than 5.14)."""
+    try:
+        raw = sock.getsockopt(socket.SOL_SOCKET, SO_NETNS_COOKIE, 8)  # type: ignore[attr-defined]
+    except (OSError, AttributeError):
+        return None
+    return int.from_bytes(raw, "little") if isinstance(raw, bytes) and len(raw) == 8 else None

@@ -23,7 +23,7 @@ from aiohttp import web
 
 from sandlot.gateway.formats import FORMATS, SSEParser, WireFormat
 from sandlot.gateway.formats.base import Usage
-from sandlot.gateway.netns import listen_in_netns
+from sandlot.gateway.netns import listen_in_netns, netns_cookie
 from sandlot.gateway.prices import PriceTable
 from sandlot.gateway.routing import Router
 from sandlot.gateway.upstream import RETRYABLE_STATUS, CallContext, UpstreamReply
@@ -69,6 +69,9 @@ class TrialSession:
     seq: int = 0
     #: Port the sandbox reaches the gateway on (127.0.0.1 inside its network namespace).
     sandbox_port: int | None = None
+    #: The network namespace of that listener: requests arriving from it must carry this
+    #: trial's key, not another live trial's.
+    netns_cookie: int | None = None
 
 
 class Gateway:
@@ -81,6 +84,8 @@ class Gateway:
         self.retry = retry or RetryPolicy()
         self.per_trial_concurrency = per_trial_concurrency
         self._sessions: dict[str, TrialSession] = {}
+        #: A sandbox's network namespace (its cookie) -> the key of the trial it belongs to.
+        self._netns_keys: dict[int, str] = {}
         self._runner: web.AppRunner | None = None
         self.host_port: int | None = None
 
@@ -133,12 +138,18 @@ class Gateway:
             await site.start()
             session.sites.append(site)
             session.sandbox_port = sock.getsockname()[1]
+            session.netns_cookie = netns_cookie(sock)
+            if session.netns_cookie is not None:
+                self._netns_keys[session.netns_cookie] = session.key
         return session
 
     async def close_trial(self, session: TrialSession) -> None:
         """Revoke the key and stop the trial's listeners; later requests get 401."""
         session.open = False
         self._sessions.pop(session.key, None)
+        if session.netns_cookie is not None and \
+                self._netns_keys.get(session.netns_cookie) == session.key:
+            del self._netns_keys[session.netns_cookie]
         for site in session.sites:
             with contextlib.suppress(Exception):
                 await site.stop()
@@ -155,7 +166,16 @@ class Gateway:
         if not key and auth.lower().startswith("bearer "):
             key = auth[7:].strip()
         session = self._sessions.get(key or "")
-        return session if session is not None and session.open else None
+        if session is None or not session.open:
+            return None
+        if self._netns_keys and request.transport is not None:
+            # A key is good only from its own sandbox: a request arriving through another
+            # trial's listener (a leaked key, say) is refused like a wrong key.
+            owner = self._netns_keys.get(netns_cookie(  # type: ignore[arg-type]
+                request.transport.get_extra_info("socket")) or -1)
+            if owner is not None and owner != session.key:
+                return None
+        return session
 
     async def _models(self, request: web.Request) -> web.Response:
         if self._session_for(request) is None:
