@@ -26,6 +26,8 @@ class ErrorKind(StrEnum):
     REWARD_PARSE_ERROR = "reward_parse_error"
     MEMORY_LIMIT = "memory_limit"
     PIDS_LIMIT = "pids_limit"
+    #: The sandbox's disk quota (task.toml storage_mb) was used up by the command.
+    DISK_LIMIT = "disk_limit"
     CANCELLED = "cancelled"
     INTERNAL_ERROR = "internal_error"
 
@@ -39,7 +41,8 @@ RETRYABLE_KINDS: frozenset[ErrorKind] = frozenset(
 #: Agent-phase failures that are the agent's own result: the verifier still scores what the
 #: agent left, and the trial counts as passed or failed by that reward (not as errored).
 AGENT_FAULT_KINDS: frozenset[ErrorKind] = frozenset(
-    {ErrorKind.AGENT_TIMEOUT, ErrorKind.AGENT_ERROR, ErrorKind.MEMORY_LIMIT, ErrorKind.PIDS_LIMIT}
+    {ErrorKind.AGENT_TIMEOUT, ErrorKind.AGENT_ERROR, ErrorKind.MEMORY_LIMIT, ErrorKind.PIDS_LIMIT,
+     ErrorKind.DISK_LIMIT}
 )
 
 
@@ -60,9 +63,28 @@ class SandboxError(Exception):
     """The sandbox backend could not do what was asked (not a command's own failure)."""
 
 
+class SandboxDiskFull(SandboxError):
+    """A copy into the sandbox found its disk quota (storage_mb) used up."""
+
+
 class TaskLoadError(Exception):
     """A task folder cannot be run; carries every problem found, not just the first."""
 
     def __init__(self, problems: list[object]) -> None:
         self.problems = problems
         super().__init__("\n".join(str(p) for p in problems))
+
+
+def limit_error(limit: str | None, what: str, phase: str,
+                details: dict[str, object] | None = None) -> TrialError | None:
+    """The typed error for a sandbox limit (`ExecResult.limit_hit`) that `what` ran into."""
+    if limit == "memory":
+        return TrialError(ErrorKind.MEMORY_LIMIT, f"{what} was killed: the task's memory "
+                          "limit (memory_mb) was hit", phase, details)
+    if limit == "pids":
+        return TrialError(ErrorKind.PIDS_LIMIT, f"{what} hit the sandbox's process-count "
+                          "limit (pids)", phase, details)
+    if limit == "disk":
+        return TrialError(ErrorKind.DISK_LIMIT, f"{what} filled the task's disk "
+                          "(storage_mb)", phase, details)
+    return None

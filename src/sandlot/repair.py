@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sandlot.agents.base import AgentContext, AgentOutcome, ConversationalAgent
-from sandlot.errors import ErrorKind, TrialError
+from sandlot.errors import ErrorKind, SandboxDiskFull, TrialError
 from sandlot.feedback import DEFAULT_TEMPLATE, render_feedback
 from sandlot.tasks.loader import Task
 from sandlot.verify import Verifier
@@ -68,6 +68,10 @@ async def run_with_repairs(agent: ConversationalAgent, ctx: AgentContext, first:
         except TrialError as exc:
             # An unreadable feedback run ends the repairs; the scoring run will tell.
             record["evaluation"] = {"error": {"kind": str(exc.kind), "message": exc.message}}
+            break
+        except SandboxDiskFull as exc:  # the agent filled its disk: the scoring run tells
+            record["evaluation"] = {"error": {"kind": str(ErrorKind.DISK_LIMIT),
+                                              "message": str(exc)}}
             break
         record["evaluation"] = {"reward": verdict.reward, "rewards": verdict.rewards}
         if verdict.reward >= 1.0:

@@ -14,7 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from sandlot.agents.base import Agent, AgentContext, GatewayAccess, is_conversational
-from sandlot.errors import AGENT_FAULT_KINDS, ErrorKind, SandboxError, TrialError
+from sandlot.errors import (
+    AGENT_FAULT_KINDS,
+    ErrorKind,
+    SandboxDiskFull,
+    SandboxError,
+    TrialError,
+)
 from sandlot.fsutil import write_atomic, write_model
 from sandlot.integrity import neutralize_planted_hooks
 from sandlot.live import TrialLive
@@ -143,6 +149,7 @@ async def run_trial(plan: TrialPlan, settings: TrialSettings, backend: SandboxBa
             spec = SandboxSpec(name=plan.name, workdir=task.workdir, env=task.env,
                                memory_mb=task.config.environment.memory_mb,
                                cpus=task.config.environment.cpus, pids_max=settings.pids_max,
+                               storage_mb=task.config.environment.storage_mb,
                                masked_paths=settings.masked_paths)
             request = EnvironmentRequest(
                 spec=spec, environment_dir=task.environment_dir, digest=task.digest,
@@ -225,6 +232,13 @@ async def run_trial(plan: TrialPlan, settings: TrialSettings, backend: SandboxBa
                 verdict = await verifier.verify(
                     sandbox, task, plan.dir / "verifier",
                     task.config.verifier.timeout_sec * mult)
+            except SandboxDiskFull as exc:
+                # The agent filled its disk (storage_mb) so full that the tests cannot be
+                # copied in: its own failure, scored 0. Errored instead, the trial would
+                # leave the pass rate: a way to hide a task the agent cannot solve.
+                result.reward, result.rewards, result.passed = 0.0, {"reward": 0.0}, False
+                raise TrialError(ErrorKind.DISK_LIMIT, f"the agent left no room to verify: "
+                                 f"{exc}; scored 0", "agent") from exc
             except SandboxError as exc:
                 raise TrialError(ErrorKind.INTERNAL_ERROR, f"sandbox failed: {exc}",
                                  "verify") from exc

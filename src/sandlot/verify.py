@@ -10,7 +10,7 @@ from typing import Protocol
 
 from typing_extensions import override
 
-from sandlot.errors import ErrorKind, TrialError
+from sandlot.errors import ErrorKind, TrialError, limit_error
 from sandlot.fsutil import write_atomic
 from sandlot.sandbox.base import Network, Sandbox
 from sandlot.tasks.loader import Task
@@ -167,10 +167,9 @@ class ScriptVerifier:
         if result.timed_out:
             raise TrialError(ErrorKind.VERIFIER_TIMEOUT,
                              f"tests/test.sh did not finish within {timeout_sec:g}s", "verify")
-        if result.limit_hit is not None:
-            kind = ErrorKind.MEMORY_LIMIT if result.limit_hit == "memory" else ErrorKind.PIDS_LIMIT
-            raise TrialError(kind, f"tests/test.sh hit the sandbox's {result.limit_hit} limit",
-                             "verify")
+        error = limit_error(result.limit_hit, "tests/test.sh", "verify")
+        if error is not None:
+            raise error
         try:
             reward, rewards = read_rewards(out_dir / "logs")
         except TrialError as exc:

@@ -68,6 +68,19 @@ AGENT_FAULTS: dict[str, tuple[str, str, str | None, str | None, float | None]] =
                    f"[ $(stat -c %s /app/big) = {DISK_MB * 1024 * 1024} ] && echo 1 "
                    "> /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt",
                    None, None, 1.0),
+    # With a quota (storage_mb): filling it is the agent's fault (kind disk_limit, scored);
+    # the verifier still runs while the tests fit, and the trial scores 0 when not even
+    # they do. Staying under the quota changes nothing.
+    "disk-fill": ("echo ok > /app/done; dd if=/dev/zero of=/app/fill bs=1M count=64 "
+                  "status=none; true", SCORE_DONE, "[environment]\nstorage_mb = 32\n",
+                  "disk_limit", 1.0),
+    "disk-fill-all": ("echo ok > /app/done; dd if=/dev/zero of=/app/fill bs=1M count=64 "
+                      "status=none; i=0; while echo x > /app/f$i 2>/dev/null; do "
+                      "i=$((i + 1)); done; true", SCORE_DONE,
+                      "[environment]\nstorage_mb = 32\n", "disk_limit", 0.0),
+    "disk-under-quota": ("dd if=/dev/zero of=/app/some bs=1M count=8 status=none && "
+                         "echo ok > /app/done", SCORE_DONE,
+                         "[environment]\nstorage_mb = 32\n", None, 1.0),
     "v-hang": ("echo ok > /app/done", f"sh -c 'sleep 1000; :' {MARKER}",
                "[verifier]\ntimeout_sec = 2\n", "verifier_timeout", None),
     "v-flood": ("echo ok > /app/done",
@@ -86,6 +99,7 @@ AGENT_FAULTS: dict[str, tuple[str, str, str | None, str | None, float | None]] =
                          "reward_missing", None),
 }
 PHASE = {"agent_timeout": "agent", "pids_limit": None, "memory_limit": "agent",
+         "disk_limit": "agent",
          "verifier_timeout": "verify", "reward_parse_error": "verify",
          "reward_missing": "verify"}
 
@@ -158,8 +172,8 @@ def test_the_job_around_the_faults_is_whole(agent_faults, cache_dir, record):
     assert summary["errors_by_kind"] == expected_kinds
     assert summary["n_errored"] == sum(1 for v in AGENT_FAULTS.values() if v[4] is None)
     assert summary["complete"] is True
-    # Nothing of the hang survives, and the 256 MB workspace is gone with its sandbox (there
-    # is no disk quota: docs/security.md).
+    # Nothing of the hang survives, and the 256 MB workspace (a task without storage_mb has
+    # no quota) and the quota'd disks are gone with their sandboxes.
     assert not pgrep(MARKER)
     scratch = cache_dir / "scratch"
     assert not scratch.exists() or not list(scratch.iterdir())

@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from sandlot.errors import ErrorKind, SandboxError, TrialError
+from sandlot.errors import ErrorKind, SandboxDiskFull, SandboxError, TrialError
 from sandlot.sandbox.base import EnvironmentRequest, Sandbox, SandboxBackend, SandboxSpec
 from sandlot.sandbox.local import LocalSandbox
 from sandlot.sandbox.local_backend import LocalBackend, check_local_backend
@@ -665,3 +665,33 @@ def test_local_sweep_removes_scratch_of_dead_owners_only(backend, run):
         assert alive.is_dir()
     finally:
         shutil.rmtree(alive, ignore_errors=True)
+
+
+def test_local_storage_mb_is_a_disk_quota(backend, make_sandbox, run, tmp_path, masked_dir):
+    local_only(backend)
+    box = make_sandbox(storage_mb=32)
+    assert isinstance(box, LocalSandbox)
+    # The Dockerfile's layer and the masks are there as without a quota.
+    assert run(box.exec(["cat", "/app/data.txt"])).stdout == DATA
+    assert run(box.exec(["test", "-e", str(masked_dir / "secret.txt")])).exit_code != 0
+    fill = run(box.exec("dd if=/dev/zero of=/app/fill bs=1M count=64 status=none",
+                        timeout_sec=60))
+    assert fill.exit_code != 0 and "No space left" in fill.stderr
+    assert fill.limit_hit == "disk"
+    size = int(run(box.exec(["stat", "-c", "%s", "/app/fill"])).stdout)
+    assert 16 * 2**20 < size <= 32 * 2**20
+    # Already full before it started: a later command is not blamed for it.
+    assert run(box.exec(["true"])).limit_hit is None
+    assert "/app/fill" in {c.path for c in run(box.changes()) or []}
+    # sandlot's own copies find the disk full: a typed error, not a raw OSError.
+    tests = tmp_path / "tests"
+    tests.mkdir()
+    (tests / "test.sh").write_bytes(b"x" * 2**20)
+    with pytest.raises(SandboxDiskFull, match="storage_mb"):
+        run(box.upload(tests, "/tests"))
+    image = box.scratch / "disk.img"
+    assert image.stat().st_blocks * 512 < 64 * 2**20  # sparse: what was written, no more
+    run(box.stop())
+    assert not box.scratch.exists()
+    attached = subprocess.run(["losetup", "-a"], capture_output=True, text=True).stdout
+    assert str(image) not in attached, attached

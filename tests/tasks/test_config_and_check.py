@@ -149,6 +149,14 @@ def test_timeout_not_a_number_names_field_line_and_fix(make_task, value: str) ->
     assert "number" in problem.fix
 
 
+@pytest.mark.parametrize("value", ["4", "0", '"10G"'])
+def test_storage_mb_too_small_or_not_a_number_says_what_fits(make_task, value: str) -> None:
+    toml = f"[environment]\nstorage_mb = {value}\n"
+    problem = one_error(check_task(make_task("disk", task_toml=toml)), "task.toml")
+    assert problem.field == "environment.storage_mb (line 2)"
+    assert "at least 16" in problem.fix and "environment.storage_mb = 10240" in problem.fix
+
+
 def test_verifier_timeout_not_a_number_is_told_apart_from_agent_timeout(make_task) -> None:
     toml = '[agent]\ntimeout_sec = 5\n[verifier]\ntimeout_sec = "x"\n'
     problem = one_error(check_task(make_task("vt", task_toml=toml)), "task.toml")

@@ -52,7 +52,7 @@ from sandlot.agents.install import (
     install_npm_package,
     require_node,
 )
-from sandlot.errors import ErrorKind, TrialError
+from sandlot.errors import ErrorKind, TrialError, limit_error
 from sandlot.paths import default_cache_dir
 from sandlot.sandbox.base import SandboxProcess
 
@@ -378,12 +378,9 @@ class AcpAgent:
         await self._stop(cancel=False)
         tail = self._stderr_tail()
         details = self._metadata(stats)
-        if limit == "memory":
-            return TrialError(ErrorKind.MEMORY_LIMIT, f"the {self.name} agent was killed: the "
-                              "task's memory limit (memory_mb) was hit", "agent", details)
-        if limit == "pids":
-            return TrialError(ErrorKind.PIDS_LIMIT, f"the {self.name} agent hit the sandbox's "
-                              "process-count limit (pids)", "agent", details)
+        limited = limit_error(limit, f"the {self.name} agent", "agent", details)
+        if limited is not None:
+            return limited
         what = (f"the {self.name} agent exited (code {code}) {when}" if code is not None
                 else f"the {self.name} agent stopped talking {when} (its stdio broke)")
         return TrialError(ErrorKind.AGENT_ERROR,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing_extensions import override
 
 from sandlot.agents.base import AgentContext, AgentOutcome
-from sandlot.errors import ErrorKind, TrialError
+from sandlot.errors import ErrorKind, TrialError, limit_error
 from sandlot.fsutil import write_atomic
 from sandlot.sandbox.base import ExecResult
 
@@ -13,13 +13,10 @@ SOLUTION_MOUNT = "/solution"
 
 
 def raise_for_limits(result: ExecResult, phase: str, what: str) -> None:
-    """Turn a timeout or a kernel limit hit during `what` into the right typed error."""
-    if result.limit_hit == "memory":
-        raise TrialError(ErrorKind.MEMORY_LIMIT,
-                         f"{what} was killed: the task's memory limit (memory_mb) was hit", phase)
-    if result.limit_hit == "pids":
-        raise TrialError(ErrorKind.PIDS_LIMIT,
-                         f"{what} hit the sandbox's process-count limit (pids)", phase)
+    """Turn a kernel limit hit during `what` into the right typed error."""
+    error = limit_error(result.limit_hit, what, phase)
+    if error is not None:
+        raise error
 
 
 class OracleAgent:

@@ -31,7 +31,7 @@ from sandlot.agents.install import (
     require_node,
 )
 from sandlot.agents.pi_rpc import PiExited, PiRpc, PiRpcError, ProgressCallback, PromptTrace
-from sandlot.errors import ErrorKind, TrialError
+from sandlot.errors import ErrorKind, TrialError, limit_error
 from sandlot.paths import default_cache_dir
 from sandlot.sandbox.base import SandboxProcess
 
@@ -255,13 +255,10 @@ class PiAgent:
         if rpc is not None:
             await rpc.stop(STOP_STEP_SEC)
         self._write_trace(ctx, force=True)
-        limit = process.limit_hit() if process is not None else None
-        if limit == "memory":
-            return TrialError(ErrorKind.MEMORY_LIMIT, "Pi was killed: the task's memory "
-                              "limit (memory_mb) was hit", "agent")
-        if limit == "pids":
-            return TrialError(ErrorKind.PIDS_LIMIT, "Pi hit the sandbox's process-count "
-                              "limit (pids)", "agent")
+        limited = limit_error(process.limit_hit() if process is not None else None, "Pi",
+                              "agent")
+        if limited is not None:
+            return limited
         code = process.returncode if process is not None else None
         stderr = (rpc.stderr_tail if rpc else "").strip()[-STDERR_SHOWN_CHARS:]
         what = (f"Pi exited (code {code}) before it finished" if isinstance(exc, PiExited)

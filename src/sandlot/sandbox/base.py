@@ -14,6 +14,10 @@ Network = Literal["none", "loopback", "outbound"]
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
+#: A kernel or quota limit a command ran into.
+LimitKind = Literal["memory", "pids", "disk"]
+
+
 @dataclass(frozen=True)
 class ExecResult:
     stdout: str
@@ -21,7 +25,7 @@ class ExecResult:
     exit_code: int | None
     duration_sec: float
     timed_out: bool = False
-    limit_hit: Literal["memory", "pids"] | None = None
+    limit_hit: LimitKind | None = None
     truncated: bool = False
 
     @property
@@ -39,6 +43,8 @@ class SandboxSpec:
     memory_mb: int | None = None
     cpus: float | None = None
     pids_max: int | None = 4096
+    #: Disk quota in MB for everything the sandbox writes (task.toml storage_mb).
+    storage_mb: int | None = None
     #: Host folders bound into the sandbox (host path -> sandbox path), e.g. /logs/agent.
     binds: dict[Path, str] = field(default_factory=dict)
     #: Host paths hidden inside the sandbox (the tasks, jobs and cache folders).
@@ -67,7 +73,7 @@ class SandboxProcess(Protocol):
 
     async def kill(self) -> None: ...
 
-    def limit_hit(self) -> Literal["memory", "pids"] | None:
+    def limit_hit(self) -> LimitKind | None:
         """A kernel limit hit since the process started, if any."""
         ...
 

@@ -29,7 +29,7 @@ from typing import Any, Literal
 from typing_extensions import override
 
 from sandlot.errors import SandboxError
-from sandlot.sandbox.base import ExecResult, Network, SandboxSpec
+from sandlot.sandbox.base import ExecResult, LimitKind, Network, SandboxSpec
 from sandlot.sandbox.changes import Change
 from sandlot.sandbox.docker_compose import Service
 from sandlot.sandbox.docker_engine import (
@@ -136,7 +136,7 @@ class DockerProcess:
             await asyncio.wait_for(asyncio.shield(self._done), 15)
         self._stream.close()
 
-    def limit_hit(self) -> Literal["memory", "pids"] | None:
+    def limit_hit(self) -> LimitKind | None:
         counters = self._sandbox._counters
         return limit_between(self._before, counters.read()) if counters else None  # type: ignore[return-value]
 

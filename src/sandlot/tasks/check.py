@@ -96,6 +96,8 @@ def _fix_for(err: dict[str, object], field: str) -> str:
     if any(word in kind for word in ("float", "int", "number", "greater_than", "finite")):
         if field.endswith("timeout_sec"):
             return f"set {field} to a positive number of seconds, e.g. {field} = 600"
+        if field.endswith("storage_mb"):
+            return f"set {field} to a disk size in MB of at least 16, e.g. {field} = 10240"
         return f"set {field} to a positive number"
     if kind == "literal_error":
         ctx = err.get("ctx")

@@ -52,6 +52,8 @@ class VerifierSection(_Section):
 class EnvironmentSection(_Section):
     cpus: PositiveFloat | None = None
     memory_mb: PositiveInt | None = None
+    #: Disk quota for what the sandbox writes (Harbor's field; enforced by the local backend).
+    storage_mb: Annotated[int, Field(ge=16)] | None = None
     network_mode: Literal["none", "public"] = "none"
     build_timeout_sec: PositiveFloat = DEFAULT_TIMEOUT_SEC
     env: dict[str, str] = Field(default_factory=dict)
