@@ -188,6 +188,10 @@ def run(
         min=0.001, help="Scales every timeout of every task.")] = 1.0,
     agent_network: Annotated[str | None, typer.Option(
         help="Override the agent phase network: none or public.")] = None,
+    allow_private_network: Annotated[bool, typer.Option(
+        "--allow-private-network",
+        help="Let tasks with network reach private ranges (10/8, 172.16/12, 192.168/16: a "
+        "mirror on the LAN). The host itself and 169.254.169.254 stay unreachable.")] = False,
     sandbox: Annotated[str, typer.Option(help="Sandbox backend: local or docker.")] = "local",
     force_build: Annotated[bool, typer.Option(
         "--force-build",
@@ -258,6 +262,7 @@ def run(
         tasks_dir=str(tasks_dir.resolve()), task_names=[t.name for t in tasks], agent=agent,
         model=model, n_attempts=n_attempts, n_concurrent=n_concurrent, max_retries=max_retries,
         timeout_multiplier=timeout_multiplier, agent_network=agent_network,  # type: ignore[arg-type]
+        allow_private_network=allow_private_network,
         api_base=api_base, max_turns=max_turns, repair_attempts=repair_attempts,
         repair_template=template_text, redact_env=_redact_names(redact_env),
         sandbox=sandbox, jobs_dir=str(jobs_root),

@@ -52,6 +52,9 @@ class JobConfig(BaseModel):
     agent_network: AgentNetwork | None = Field(
         default=None, description="Override the agent phase network; None = task's choice."
     )
+    allow_private_network: bool = Field(
+        default=False, description="Outbound phases may reach private ranges (a LAN mirror); "
+        "the host's own addresses and link-local stay out of reach.")
     sandbox: str = Field(default="local", description="Sandbox backend name.")
     jobs_dir: str = Field(description="Absolute path of the jobs folder.")
     task_digests: dict[str, str] = Field(

@@ -56,6 +56,7 @@ class TrialSettings:
     sandbox_name: str
     timeout_multiplier: float = 1.0
     agent_network: str | None = None
+    allow_private_network: bool = False
     masked_paths: tuple[Path, ...] = ()
     pids_max: int = 4096
     #: The job's LLM gateway (sandlot.gateway.server.Gateway), for agents that call a model.
@@ -150,6 +151,7 @@ async def run_trial(plan: TrialPlan, settings: TrialSettings, backend: SandboxBa
                                memory_mb=task.config.environment.memory_mb,
                                cpus=task.config.environment.cpus, pids_max=settings.pids_max,
                                storage_mb=task.config.environment.storage_mb,
+                               allow_private_network=settings.allow_private_network,
                                masked_paths=settings.masked_paths)
             request = EnvironmentRequest(
                 spec=spec, environment_dir=task.environment_dir, digest=task.digest,

@@ -152,6 +152,36 @@ def orphans(ours: set[int]) -> list[str]:
     return living
 
 
+def describe(pid: int) -> str:
+    """pid, state, kernel wait channel, pending signals and command line, for a report."""
+    base = Path(f"/proc/{pid}")
+    try:
+        status = dict(line.split(":\t", 1) for line in (base / "status").read_text()
+                      .splitlines() if ":\t" in line)
+        wchan = (base / "wchan").read_text()
+        cmd = (base / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return f"{pid} gone"
+    return (f"{pid} {status.get('State', '?').strip()} wchan={wchan} "
+            f"pending={status.get('ShdPnd', '?').strip()}/{status.get('SigPnd', '?').strip()} "
+            f"{cmd[:200]}")
+
+
+def dying(pid: int) -> bool:
+    """Gone, a zombie, or SIGKILLed and not yet out of the kernel (a process blocked in an
+    uninterruptible call, such as creating a network namespace while the kernel tears
+    others down, dies when that call returns: killed, just not finished)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return True
+    fields = dict(line.split(":\t", 1) for line in status.splitlines() if ":\t" in line)
+    if fields.get("State", "").startswith(("Z", "X")):
+        return True
+    pending = int(fields.get("ShdPnd", "0"), 16) | int(fields.get("SigPnd", "0"), 16)
+    return bool(pending & (1 << (9 - 1)))  # SIGKILL is signal 9
+
+
 def wait_until(predicate: Callable[[], bool], timeout: float = 10.0,
                interval: float = 0.05) -> bool:
     deadline = time.monotonic() + timeout

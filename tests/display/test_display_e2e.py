@@ -33,14 +33,17 @@ TOKENS_RE = re.compile(r"(—|[\d.]+[kM]?) tokens")
 CELL_RE = re.compile(r"(\d+) calls? · ([\d.]+[kM]?) tok")
 
 
-def slow_solver(root: Path, seconds: float, first_turn_only: bool = False) -> Path:
-    """A copy of the solver scripts where every model turn (or the first) stalls first."""
+def slow_solver(root: Path, seconds: float, only_turn: int | None = None) -> Path:
+    """A copy of the solver scripts where every model turn (or turn `only_turn`, from 1)
+    stalls first."""
     out = root / "scripts" / "solver"
     out.mkdir(parents=True)
+    stall = f'[[turns]]\nfault = {{kind = "stall", seconds = {seconds}}}\n'
     for script in SOLVER.glob("*.toml"):
-        text = script.read_text().replace(
-            "[[turns]]\n", f'[[turns]]\nfault = {{kind = "stall", seconds = {seconds}}}\n',
-            1 if first_turn_only else -1)
+        parts = script.read_text().split("[[turns]]\n")
+        text = parts[0]
+        for number, part in enumerate(parts[1:], 1):
+            text += (stall if only_turn in (None, number) else "[[turns]]\n") + part
         (out / script.name).write_text(text)
     return out.parent
 
@@ -121,7 +124,9 @@ def test_dashboard_in_tmux_updates_activity_and_tokens_while_trials_run(tmp_path
 
 
 def test_json_events_stream_with_heartbeats_and_a_stall(run_cli, tmp_path):
-    scripts = slow_solver(tmp_path, 3, first_turn_only=True)
+    # The second turn stalls: the first one's tokens are counted by then, so heartbeats
+    # during the stall show them (a stalled first turn would leave them all at 0).
+    scripts = slow_solver(tmp_path, 3, only_turn=2)
     proc = run_cli(*run_args(tmp_path, "events", scripts, ("semver-compare",)),
                    "--json-events", "--heartbeat-sec", "1", "--stall-after-sec", "1")
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import json
 import os
 import secrets
 import shutil
@@ -341,6 +342,48 @@ def test_network_outbound_cannot_reach_host_loopback(sandbox, run, host_server):
     assert not was_reached(host_server)
     r = run(sandbox.exec(["cat", "/proc/net/dev"]))
     assert interfaces(r.stdout) == {"lo"}, "network='none' again after an outbound exec"
+
+
+@pytest.fixture
+def host_wide_server() -> Iterator[socket.socket]:
+    """A TCP server on every host address (0.0.0.0), as host services often listen."""
+    srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    srv.bind(("0.0.0.0", 0))
+    srv.listen(16)
+    srv.setblocking(False)
+    yield srv
+    srv.close()
+
+
+def host_addresses() -> list[str]:
+    out = subprocess.run(["ip", "-j", "-4", "addr", "show"], capture_output=True, text=True,
+                         check=True).stdout
+    return [a["local"] for link in json.loads(out) for a in link.get("addr_info", [])
+            if not a["local"].startswith("127.")]
+
+
+@pytest.mark.parametrize("allow_private", [False, True])
+def test_network_outbound_reaches_neither_the_host_nor_metadata(make_sandbox, run,
+                                                                 host_wide_server,
+                                                                 allow_private):
+    """`public` means the internet: not a service the host runs on its own addresses (a
+    bridge's gateway included), not the cloud metadata address, not private ranges."""
+    sandbox = make_sandbox(allow_private_network=allow_private)
+    port = host_wide_server.getsockname()[1]
+    route = run(sandbox.exec(["cat", "/proc/net/route"], network="outbound")).stdout
+    targets = [*host_addresses(), default_gateway(route) or "192.0.2.1"]
+    assert targets, "the host has a non-loopback address"
+    r = run(sandbox.exec(connect_script(targets, port), network="outbound", timeout_sec=60))
+    assert "reached" not in r.stdout, r.stdout
+    assert not was_reached(host_wide_server)
+    # Refused at once, not left to time out.
+    refused = ["169.254.169.254"] + ([] if allow_private else ["10.11.12.13"])
+    for address in refused:
+        t0 = time.monotonic()
+        out = run(sandbox.exec(f'timeout 10 bash -c "exec 3<>/dev/tcp/{address}/80" 2>&1',
+                               network="outbound", timeout_sec=30)).stdout
+        assert "Connection refused" in out, (address, out)
+        assert time.monotonic() - t0 < 5
 
 
 def test_network_none_sysfs_lists_only_loopback(sandbox, run):

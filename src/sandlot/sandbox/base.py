@@ -45,6 +45,9 @@ class SandboxSpec:
     pids_max: int | None = 4096
     #: Disk quota in MB for everything the sandbox writes (task.toml storage_mb).
     storage_mb: int | None = None
+    #: Outbound network may reach private and link-local ranges (a LAN mirror); the host's
+    #: own addresses stay out of reach either way (sandlot.sandbox.egress).
+    allow_private_network: bool = False
     #: Host folders bound into the sandbox (host path -> sandbox path), e.g. /logs/agent.
     binds: dict[Path, str] = field(default_factory=dict)
     #: Host paths hidden inside the sandbox (the tasks, jobs and cache folders).

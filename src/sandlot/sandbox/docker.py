@@ -29,6 +29,7 @@ from typing import Any, Literal
 from typing_extensions import override
 
 from sandlot.errors import SandboxError
+from sandlot.sandbox import egress
 from sandlot.sandbox.base import ExecResult, LimitKind, Network, SandboxSpec
 from sandlot.sandbox.changes import Change
 from sandlot.sandbox.docker_compose import Service
@@ -159,6 +160,7 @@ class DockerSandbox:
         self._egress: str | None = None
         self._private: str | None = None
         self._egress_on = False
+        self._egress_filtered = False
         self._net_lock = asyncio.Lock()
         self._stopped = False
         #: Commands (execs, processes) running in the main container, and its idle command.
@@ -368,19 +370,47 @@ class DockerSandbox:
     async def _set_network(self, network: Network) -> None:
         want = network == "outbound"
         async with self._net_lock:
-            if want == self._egress_on or self._container is None or self._egress is None:
+            if self._container is None or self._egress is None:
                 return
             api = self.engine.api
-            try:
-                if want:
-                    await self.engine.call(api.connect_container_to_network,
-                                           self._container, self._egress)
-                else:
-                    await self.engine.call(api.disconnect_container_from_network,
-                                           self._container, self._egress, force=True)
-            except Exception as exc:
-                raise SandboxError(f"cannot switch the network to {network}: {exc}") from exc
-            self._egress_on = want
+            if want != self._egress_on:
+                try:
+                    if want:
+                        await self.engine.call(api.connect_container_to_network,
+                                               self._container, self._egress)
+                    else:
+                        await self.engine.call(api.disconnect_container_from_network,
+                                               self._container, self._egress, force=True)
+                except Exception as exc:
+                    raise SandboxError(
+                        f"cannot switch the network to {network}: {exc}") from exc
+                self._egress_on = want
+            if want and not self._egress_filtered:
+                # Once, before the first outbound command: the table stays in the
+                # container's namespace across later disconnects and reconnects.
+                await self._filter_egress()
+                self._egress_filtered = True
+
+    async def _filter_egress(self) -> None:
+        """The egress filter (sandlot.sandbox.egress) in the container's network namespace,
+        after the connect (the bridge's subnet and resolver are known only then) and
+        before any outbound command. An engine whose processes this host cannot see
+        (a remote DOCKER_HOST) gets none: said once in the docs, not per trial."""
+        if not proc_visible(self._pid):
+            return
+        root = Path(f"/proc/{self._pid}/root")
+        try:
+            resolv = resolve_inside(root, "/etc/resolv.conf").read_text(errors="replace")
+        except (OSError, SandboxError):
+            resolv = ""
+        try:
+            await egress.install(f"/proc/{self._pid}/ns/net", egress.resolvers_in(resolv),
+                                 self.spec.allow_private_network)
+        except SandboxError:
+            with contextlib.suppress(Exception):
+                await self.engine.call(self.engine.api.disconnect_container_from_network,
+                                       self._container, self._egress, force=True)
+            raise
 
     @override
     def network_namespace(self) -> str | None:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing_extensions import override
 
 from sandlot.errors import SandboxDiskFull, SandboxError
+from sandlot.sandbox import egress
 from sandlot.sandbox.base import DEFAULT_PATH, ExecResult, LimitKind, Network, SandboxSpec
 from sandlot.sandbox.cgroups import CgroupLimits
 from sandlot.sandbox.changes import Change, walk_upper
@@ -38,7 +39,8 @@ SLIRP_DNS = "10.0.2.3"
 #: is PID 1 inside, and /proc/1/environ is readable there). Commands get --setenv only.
 LAUNCH_ENV = {"PATH": DEFAULT_PATH}
 REQUIRED_TOOLS = ("bwrap", "unshare", "nsenter", "mount", "setpriv")
-INSTALL_HINT = "install it with: apt-get install -y bubblewrap slirp4netns util-linux"
+INSTALL_HINT = ("install it with: apt-get install -y bubblewrap slirp4netns util-linux "
+                "nftables e2fsprogs")
 
 
 #: Top-level folders of the host a sandbox keeps: the system an image would have. Every
@@ -203,6 +205,7 @@ class LocalSandbox:
         #: With a disk quota: where the sandbox's own filesystem is mounted (inside the
         #: holder's mount namespace only).
         self._disk: Path | None = None
+        self._egress_filtered = False
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -400,6 +403,11 @@ class LocalSandbox:
             if shutil.which("slirp4netns") is None:
                 raise SandboxError(f"slirp4netns not found; {INSTALL_HINT}")
             assert self._holder is not None
+            if not self._egress_filtered:
+                # Before the tap exists: no moment of unfiltered outbound network.
+                await egress.install(f"/proc/{self._holder.pid}/ns/net", [SLIRP_DNS],
+                                     self.spec.allow_private_network)
+                self._egress_filtered = True
             read_fd, write_fd = os.pipe()
             try:
                 self._slirp = await asyncio.create_subprocess_exec(

@@ -59,7 +59,8 @@ class LocalBackend:
     async def _build(self, upper: Path, spec: SandboxSpec, plan: object,
                      request: EnvironmentRequest) -> None:
         build_spec = SandboxSpec(name=f"build-{spec.name}", workdir="/",
-                                 masked_paths=spec.masked_paths, pids_max=spec.pids_max)
+                                 masked_paths=spec.masked_paths, pids_max=spec.pids_max,
+                                 allow_private_network=spec.allow_private_network)
         builder = LocalSandbox(build_spec, upper.parent, upper_dir=upper)
         log: list[str] = []
         try:

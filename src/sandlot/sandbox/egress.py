@@ -1,0 +1,156 @@
+"""What a sandbox with outbound network may reach: the internet, not the host or its LAN.
+
+A task that opts into the network (`network_mode = "public"`) gets NAT to the outside
+(slirp4netns, or the container's bridge). Without a filter that path also reaches every
+service the host listens on (its own addresses, a bridge's gateway), the cloud's metadata
+service (169.254.169.254) and the host's private network. An nftables table in the
+sandbox's own network namespace, installed by sandlot from the host before any outbound
+command runs, rejects those (commands inside lack CAP_NET_ADMIN to change it):
+
+1. loopback (the trial's gateway socket) is accepted;
+2. DNS (port 53) to the sandbox's own resolvers is accepted, even on the host's addresses;
+3. the host's own addresses are rejected;
+4. the sandbox's own subnets are accepted (a compose task's services, slirp's network);
+5. link-local (cloud metadata), loopback and multicast ranges are rejected, and so are
+   private and shared ranges unless the run allows them (`--allow-private-network`, for
+   a mirror on the LAN);
+6. anything else is accepted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from sandlot.errors import SandboxError
+
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+#: Never the internet, always refused: loopback, link-local (the cloud metadata service at
+#: 169.254.169.254), multicast and reserved ranges.
+ALWAYS_BLOCKED: tuple[str, ...] = (
+    "0.0.0.0/8", "127.0.0.0/8", "169.254.0.0/16", "224.0.0.0/4", "240.0.0.0/4",
+    "::1/128", "fe80::/10", "ff00::/8",
+)
+#: Private and shared (CGNAT) ranges: refused unless the run allows them (a LAN mirror).
+PRIVATE_RANGES: tuple[str, ...] = (
+    "10.0.0.0/8", "100.64.0.0/10", "172.16.0.0/12", "192.168.0.0/16", "fc00::/7",
+)
+TABLE = "sandlot_egress"
+INSTALL_HINT = "install it with: apt-get install -y nftables"
+
+
+@dataclass(frozen=True)
+class EgressPolicy:
+    """The addresses one sandbox's filter is made of."""
+
+    host_addresses: tuple[str, ...]
+    own_subnets: tuple[str, ...]
+    resolvers: tuple[str, ...]
+    allow_private: bool = False
+
+
+def addresses(ip_json: str) -> list[tuple[str, int]]:
+    """(address, prefix length) of every interface in `ip -j addr show` output."""
+    out = []
+    for link in json.loads(ip_json or "[]"):
+        for info in link.get("addr_info", []):
+            if "local" in info and "prefixlen" in info:
+                out.append((str(info["local"]), int(info["prefixlen"])))
+    return out
+
+
+def _split(items: Iterable[str]) -> tuple[list[str], list[str]]:
+    """Deduplicated, non-overlapping v4 and v6 networks (nft refuses overlapping elements)."""
+    nets: list[IPNetwork] = []
+    for item in items:
+        try:
+            nets.append(ipaddress.ip_network(item, strict=False))
+        except ValueError:
+            continue
+    v4 = ipaddress.collapse_addresses(n for n in nets if n.version == 4)  # type: ignore[misc]
+    v6 = ipaddress.collapse_addresses(n for n in nets if n.version == 6)  # type: ignore[misc]
+    return [str(n) for n in v4], [str(n) for n in v6]
+
+
+def _rule(family: str, nets: list[str], verdict: str) -> str:
+    return f"    {family} daddr {{ {', '.join(nets)} }} {verdict}\n" if nets else ""
+
+
+def ruleset(policy: EgressPolicy) -> str:
+    """The nft script for `policy` (replaces an earlier table of the same name)."""
+    host4, host6 = _split(f"{a}/{32 if ':' not in a else 128}" for a in policy.host_addresses)
+    own4, own6 = _split(policy.own_subnets)
+    dns4, dns6 = _split(policy.resolvers)
+    blocked4, blocked6 = _split(
+        ALWAYS_BLOCKED + (() if policy.allow_private else PRIVATE_RANGES))
+    rules = '    oifname "lo" accept\n'
+    for family, dns in (("ip", dns4), ("ip6", dns6)):
+        if dns:
+            rules += f"    {family} daddr {{ {', '.join(dns)} }} meta l4proto {{ tcp, udp }} " \
+                     "th dport 53 accept\n"
+    rules += _rule("ip", host4, "reject") + _rule("ip6", host6, "reject")
+    rules += _rule("ip", own4, "accept") + _rule("ip6", own6, "accept")
+    rules += _rule("ip", blocked4, "reject") + _rule("ip6", blocked6, "reject")
+    return (f"table inet {TABLE}\ndelete table inet {TABLE}\n"
+            f"table inet {TABLE} {{\n  chain output {{\n"
+            "    type filter hook output priority 0; policy accept;\n"
+            f"{rules}  }}\n}}\n")
+
+
+async def _run(argv: list[str], stdin: bytes | None = None) -> str:
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *argv, stdin=asyncio.subprocess.PIPE if stdin is not None else
+            asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE)
+    except FileNotFoundError as exc:
+        raise SandboxError(f"{exc.filename} not found: the egress filter of a sandbox with "
+                           f"network needs nft and ip; {INSTALL_HINT} iproute2") from None
+    out, err = await proc.communicate(stdin)
+    if proc.returncode != 0:
+        raise SandboxError(f"{' '.join(argv[:4])}… failed (exit {proc.returncode}): "
+                           f"{err.decode(errors='replace').strip()[-400:]}")
+    return out.decode(errors="replace")
+
+
+async def policy_for(netns_path: str, resolvers: Iterable[str],
+                     allow_private: bool = False) -> EgressPolicy:
+    """The host's addresses (now: bridges come and go) and the sandbox's own subnets."""
+    host = addresses(await _run(["ip", "-j", "addr", "show"]))
+    own = addresses(await _run(["nsenter", f"--net={netns_path}", "ip", "-j", "addr",
+                                "show"]))
+    return EgressPolicy(
+        host_addresses=tuple(a for a, _ in host),
+        own_subnets=tuple(f"{a}/{p}" for a, p in own
+                          if not ipaddress.ip_address(a).is_loopback),
+        resolvers=tuple(resolvers), allow_private=allow_private)
+
+
+async def install(netns_path: str, resolvers: Iterable[str], allow_private: bool = False,
+                  ) -> EgressPolicy:
+    """Install the filter in the network namespace at `netns_path`.
+
+    Raises: SandboxError when nft or ip are missing or refuse (the sandbox must not go
+    outbound unfiltered).
+    """
+    policy = await policy_for(netns_path, resolvers, allow_private)
+    await _run(["nsenter", f"--net={netns_path}", "nft", "-f", "-"],
+               stdin=ruleset(policy).encode())
+    return policy
+
+
+def resolvers_in(resolv_conf: str) -> list[str]:
+    """The `nameserver` addresses of a resolv.conf."""
+    out = []
+    for line in resolv_conf.splitlines():
+        parts = line.split()
+        if len(parts) >= 2 and parts[0] == "nameserver":
+            try:
+                out.append(str(ipaddress.ip_address(parts[1].split("%")[0])))
+            except ValueError:
+                continue
+    return out
