@@ -25,6 +25,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 SCRIPTS = Path(__file__).parent / "scripts_acp"
 REAL_AGENTS = ["claude", "codex"]
+#: Installed too; gemini speaks Google's generateContent to the gateway (own tests below).
+INSTALLED_AGENTS = [*REAL_AGENTS, "gemini"]
 CHECK_PY = '''answer = open("/app/answer.txt").read().strip()
 assert answer == "42", "the answer file holds the wrong number"
 '''
@@ -43,7 +45,7 @@ def agents_cache(cache_dir: Path) -> Path:
     across runs, linked into the session's sandlot cache so the CLI finds them there."""
     keep = Path(os.environ.get("SANDLOT_TEST_AGENTS_DIR")
                 or Path.home() / ".cache" / "sandlot-test")
-    for name in REAL_AGENTS:
+    for name in INSTALLED_AGENTS:
         spec = BUILTIN_SPECS[name]
         assert spec.npm and spec.version
         try:
@@ -219,6 +221,30 @@ def test_every_example_task_passes(agent, agents_cache, tmp_path, request):
     assert len(results) == 9
     failed = sorted(name for name, r in results.items() if not r["passed"])
     assert not failed, failed
+
+
+def test_gemini_solves_example_tasks_over_generate_content(agents_cache, tmp_path):
+    """gemini-cli in ACP mode, its model calls in Google's format (streamGenerateContent)
+    through the gateway, its files written by its own tools inside the sandbox."""
+    tasks = ("csv-top-customers", "semver-compare", "fix-interval-merge")
+    args = [arg for task in tasks for arg in ("-i", task)]
+    proc = _cli(agents_cache, "run", str(EXAMPLES), *args, "--agent", "gemini", "--model",
+                "scripted/solver", "-n", "2", "--jobs-dir", str(tmp_path), "--job-name", "g")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for task in tasks:
+        trial = tmp_path / "g" / f"{task}__1"
+        result = _result(trial)
+        assert result["passed"] and result["error"] is None, (task, result["error"])
+        exchanges = _exchanges(trial)
+        assert {x["format"] for x in exchanges} == {"gemini"}
+        assert all(x["endpoint"].endswith(":streamGenerateContent") and x["status"] == 200
+                   for x in exchanges)
+        usage = result["usage"]
+        assert usage["source"] == "gateway" and usage["n_requests"] == len(exchanges) >= 3
+        assert usage["input_tokens"] > 0 and usage["output_tokens"] > 0
+        info = result["agent_info"]
+        assert info["agent"] == "gemini" and info["tool_calls"] >= 2
+    assert not _agent_processes("gemini")
 
 
 # -- generic ACP agents through the CLI (no npm) ------------------------------------------

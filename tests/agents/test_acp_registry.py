@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -41,11 +42,16 @@ def test_placeholders_are_filled_and_other_braces_kept():
     assert fill('{"a": {unknown}} {model}', values) == '{"a": {unknown}} scripted/x'
 
 
-def test_an_agent_the_gateway_cannot_serve_fails_once_before_any_trial(tmp_path: Path):
-    agent = create_agent("gemini", "scripted/solver")
-    assert "generateContent" in (registry.BUILTIN_SPECS["gemini"].unsupported_reason() or "")
+def test_an_agent_the_gateway_cannot_serve_fails_once_before_any_trial(tmp_path: Path,
+                                                                        monkeypatch):
+    monkeypatch.setattr(registry, "UNSERVED_WIRE_APIS", {"converse": "AWS Bedrock Converse"})
+    spec = dataclasses.replace(registry.BUILTIN_SPECS["gemini"], wire_api="converse")
+    assert "Converse" in (spec.unsupported_reason() or "")
+    agent = AcpAgent("scripted/solver", agent="gemini", spec=spec)
     with pytest.raises(ValueError, match="does not serve"):
         asyncio.run(agent.prepare(tmp_path, None))
+    # gemini itself is served now (Google's generateContent).
+    assert registry.BUILTIN_SPECS["gemini"].unsupported_reason() is None
 
 
 @pytest.mark.parametrize(("text", "problem"), [
@@ -117,7 +123,8 @@ def test_the_listing_shows_versions_installs_and_needs(tmp_path: Path):
     assert {"claude", "codex", "gemini", "opencode", "goose"} <= set(rows)
     assert rows["codex"]["installed"] is True and rows["claude"]["installed"] is False
     assert rows["goose"]["installed"] is None and "PATH" in str(rows["goose"]["needs"])
-    assert rows["gemini"]["runnable"] is False
+    assert rows["gemini"]["runnable"] is True
+    assert "generateContent" in str(rows["gemini"]["needs"])
     assert "Responses" in str(rows["codex"]["needs"])
     assert get_spec("claude").version == rows["claude"]["version"]
 

@@ -251,7 +251,8 @@ class AcpAgent:
         init = await conn.initialize(
             protocol_version=acp.PROTOCOL_VERSION,
             client_capabilities=ClientCapabilities(
-                fs=FileSystemCapabilities(read_text_file=True, write_text_file=True),
+                fs=FileSystemCapabilities(read_text_file=self.spec.client_fs,
+                                          write_text_file=self.spec.client_fs),
                 terminal=True),
             client_info=Implementation(name="sandlot", title="sandlot", version=__version__))
         info = init.agent_info

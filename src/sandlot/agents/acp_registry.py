@@ -37,11 +37,11 @@ WIRE_APIS: dict[str, str] = {
     "messages": "Anthropic Messages (/v1/messages)",
     "responses": "OpenAI Responses (/v1/responses)",
     "chat": "OpenAI Chat Completions (/v1/chat/completions)",
-}
-#: Wire formats some agents need that the gateway does not serve (yet).
-UNSERVED_WIRE_APIS: dict[str, str] = {
     "gemini": "Google generateContent (/v1beta/models/...:generateContent)",
 }
+#: Wire formats some agents need that the gateway does not serve (none at the moment;
+#: an agents file may still name one it does not know).
+UNSERVED_WIRE_APIS: dict[str, str] = {}
 PERMISSION_POLICIES = ("allow", "allow_once", "reject")
 ACP_PREFIX = "acp:"
 AGENTS_FILE_ENV = "SANDLOT_AGENTS_FILE"
@@ -84,6 +84,10 @@ class AcpAgentSpec:
     exits_on_stdin_close: bool = True
     #: Bound on start-up: initialize, authenticate and session/new together.
     handshake_timeout_sec: float = 60.0
+    #: Offer the client's fs/read_text_file and fs/write_text_file. Off for an agent that
+    #: mishandles their errors (gemini-cli takes a missing file for a failure, so it could
+    #: not create files); it then uses the files in the sandbox directly, which is the same.
+    client_fs: bool = True
     #: For agents sandlot cannot install: what the user should do.
     install_hint: str = ""
     #: "builtin", "file" (an agents file) or "command" (`acp:<command>`).
@@ -197,7 +201,11 @@ BUILTIN_SPECS: dict[str, AcpAgentSpec] = {
         command=("node", f"{{install}}/node_modules/{_GEMINI_PKG}/bundle/gemini.js",
                  "--experimental-acp", "--model", "{model}"),
         env={"GEMINI_API_KEY": "{api_key}", "GOOGLE_GEMINI_BASE_URL": "{gateway}",
-             "HOME": "{home}", "GEMINI_CLI_NO_RELAUNCH": "true"},
+             "HOME": "{home}", "GEMINI_CLI_NO_RELAUNCH": "true",
+             # The sandbox is the trust boundary: without this, gemini-cli refuses its
+             # file tools in an "untrusted folder" when permissions are auto-approved.
+             "GEMINI_CLI_TRUST_WORKSPACE": "true"},
+        client_fs=False,
         dirs=("{home}",),
     ),
     "opencode": AcpAgentSpec(
@@ -259,7 +267,7 @@ def _spec_from_table(name: str, raw: Any, where: str) -> AcpAgentSpec:
         raise AgentSpecError(f"{where}: [agents.{name}] must be a table")
     known = {"command", "description", "env", "npm", "version", "needs_node", "wire_api",
              "dirs", "files", "auth_method", "permission", "model_option",
-             "exits_on_stdin_close", "handshake_timeout_sec"}
+             "exits_on_stdin_close", "handshake_timeout_sec", "client_fs"}
     unknown = set(raw) - known
     if unknown:
         raise AgentSpecError(f"{where}: agent {name!r}: unknown key(s) "
@@ -301,6 +309,7 @@ def _spec_from_table(name: str, raw: Any, where: str) -> AcpAgentSpec:
             permission=permission, model_option=str(raw.get("model_option", "{model}")),
             exits_on_stdin_close=bool(raw.get("exits_on_stdin_close", True)),
             handshake_timeout_sec=float(raw.get("handshake_timeout_sec", 60.0)),
+            client_fs=bool(raw.get("client_fs", True)),
             source="file")
     except (TypeError, ValueError) as exc:
         raise AgentSpecError(f"{where}: agent {name!r}: {exc}") from None

@@ -36,6 +36,7 @@ class ScriptedServer:
         app = web.Application(client_max_size=64 * 1024 * 1024)
         for path in PATHS:
             app.router.add_post(path, self._handle)
+        app.router.add_post("/v1beta/models/{target:.+}", self._handle)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await self._runner.setup()
         sock = socket.socket()
@@ -50,13 +51,16 @@ class ScriptedServer:
             await self._runner.cleanup()
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
-        fmt = FORMATS[PATHS[request.path]]
-        key = request.headers.get("x-api-key") or request.headers.get(
-            "authorization", "").removeprefix("Bearer ").strip()
+        fmt = FORMATS[PATHS.get(request.path, "gemini")]
+        key = (request.headers.get("x-api-key") or request.headers.get("x-goog-api-key")
+               or request.headers.get("authorization", "").removeprefix("Bearer ").strip())
         self.seen_keys.append(key)
         if self.required_key is not None and key != self.required_key:
             return web.json_response(fmt.error_body(401, "bad provider key"), status=401)
         body: dict[str, Any] = await request.json()
+        if fmt.name == "gemini":  # Google's: the model and the method are in the path
+            model, _, method = request.match_info["target"].rpartition(":")
+            body = {**body, "model": model, "stream": method == "streamGenerateContent"}
         task = request.headers.get("x-sandlot-task")
         reply = await self.upstream.send(fmt, request.path, body, {},
                                          CallContext("upstream", task, str(body.get("model"))))

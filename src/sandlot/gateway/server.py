@@ -31,6 +31,8 @@ from sandlot.gateway.usage import LiveUsage
 
 ENDPOINTS = {"/v1/chat/completions": "chat", "/v1/messages": "messages",
              "/v1/responses": "responses"}
+GEMINI_PREFIXES = ("/v1beta", "/v1")
+GEMINI_METHODS = ("generateContent", "streamGenerateContent", "countTokens")
 
 
 @dataclass(frozen=True)
@@ -96,6 +98,10 @@ class Gateway:
         for path in ENDPOINTS:
             app.router.add_post(path, self._handle)
         app.router.add_get("/v1/models", self._models)
+        # Google's generateContent family: the model and the method are in the path.
+        for prefix in GEMINI_PREFIXES:
+            app.router.add_post(prefix + "/models/{target:.+}", self._handle_gemini)
+        app.router.add_get("/v1beta/models", self._models)
         app.router.add_get("/", self._ping)
         # handler_cancellation: an agent that hangs up cancels its request at once, so a
         # silent (reasoning) upstream call is cancelled too instead of running on.
@@ -161,7 +167,8 @@ class Gateway:
         return web.Response(text="sandlot gateway")
 
     def _session_for(self, request: web.Request) -> TrialSession | None:
-        key = request.headers.get("x-api-key") or request.headers.get("api-key")
+        key = (request.headers.get("x-api-key") or request.headers.get("api-key")
+               or request.headers.get("x-goog-api-key") or request.query.get("key"))
         auth = request.headers.get("authorization", "")
         if not key and auth.lower().startswith("bearer "):
             key = auth[7:].strip()
@@ -201,6 +208,35 @@ class Gateway:
         except ValueError as exc:
             return web.json_response(fmt.error_body(400, f"invalid JSON body: {exc}"),
                                      status=400)
+        async with session.limit:
+            return await self._exchange(request, session, fmt, body)
+
+    async def _handle_gemini(self, request: web.Request) -> web.StreamResponse:
+        """POST {prefix}/models/{model}:{method}: generateContent, streamGenerateContent
+        (SSE), or countTokens (answered here with an estimate; not a model call)."""
+        fmt = FORMATS["gemini"]
+        model, _, method = request.match_info["target"].rpartition(":")
+        if method not in GEMINI_METHODS or not model:
+            return web.json_response(fmt.error_body(
+                404, f"unknown method {method!r}: use generateContent, streamGenerateContent "
+                "or countTokens"), status=404)
+        session = self._session_for(request)
+        if session is None:
+            return web.json_response(
+                fmt.error_body(401, "invalid or expired sandlot key for this gateway"),
+                status=401)
+        try:
+            body = await request.json()
+            if not isinstance(body, dict):
+                raise ValueError("the body must be a JSON object")
+        except ValueError as exc:
+            return web.json_response(fmt.error_body(400, f"invalid JSON body: {exc}"),
+                                     status=400)
+        if method == "countTokens":
+            request_body = body.get("generateContentRequest") or body
+            return web.json_response(
+                {"totalTokens": max(1, len(json.dumps(request_body)) // 4)})
+        body = {**body, "model": model, "stream": method == "streamGenerateContent"}
         async with session.limit:
             return await self._exchange(request, session, fmt, body)
 
@@ -327,8 +363,8 @@ TERMINAL_EVENTS = frozenset({"message_stop", "response.completed", "response.inc
 
 
 def _is_terminal(event: str | None, data: str) -> bool:
-    """The last event of an answer in any of the three formats."""
-    if data.strip() == "[DONE]" or event in TERMINAL_EVENTS:
+    """The last event of an answer in any of the four formats."""
+    if data.strip() == "[DONE]" or event in TERMINAL_EVENTS or '"finishReason"' in data:
         return True
     return '"type":"message_stop"' in data.replace(" ", "") if event is None else False
 

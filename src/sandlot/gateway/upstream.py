@@ -15,6 +15,7 @@ import aiohttp
 
 from sandlot.gateway.formats import FORMATS, WireFormat
 from sandlot.gateway.formats.base import RequestView, sse
+from sandlot.gateway.formats.gemini import ROUTE_KEYS as GEMINI_ROUTE_KEYS
 from sandlot.gateway.scripted import Fault, ScriptedModel, pick_turn, render_turn
 
 RETRYABLE_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
@@ -125,6 +126,7 @@ PASSTHROUGH: dict[str, tuple[str | None, str | None, tuple[str, ...]]] = {
     "vllm": (None, "VLLM_API_KEY", ("chat", "responses")),
     "hosted_vllm": (None, "HOSTED_VLLM_API_KEY", ("chat", "responses")),
     "openai_compatible": (None, "OPENAI_API_KEY", ("chat", "responses")),
+    "gemini": ("https://generativelanguage.googleapis.com", "GEMINI_API_KEY", ("gemini",)),
 }
 #: Client headers a provider needs to see (versions, betas); nothing else is forwarded.
 FORWARDED_HEADERS = ("anthropic-version", "anthropic-beta", "openai-beta")
@@ -159,6 +161,8 @@ class HttpUpstream:
             if fmt.name == "messages":
                 headers["x-api-key"] = self._api_key
                 headers.setdefault("anthropic-version", "2023-06-01")
+            elif fmt.name == "gemini":
+                headers["x-goog-api-key"] = self._api_key
             else:
                 headers["authorization"] = f"Bearer {self._api_key}"
         return headers
@@ -171,6 +175,12 @@ class HttpUpstream:
             payload["stream_options"] = {**(payload.get("stream_options") or {}),
                                          "include_usage": True}
         url = self.base_url + path
+        if fmt.name == "gemini":
+            # Google's route names the model and the method; the body carries neither.
+            payload = {k: v for k, v in body.items() if k not in GEMINI_ROUTE_KEYS}
+            method = "streamGenerateContent" if body.get("stream") else "generateContent"
+            url = (f"{self.base_url.removesuffix('/v1beta')}/v1beta/models/"
+                   f"{self.model_id}:{method}" + ("?alt=sse" if body.get("stream") else ""))
         try:
             response = await self._client().post(url, json=payload,
                                                  headers=self._headers(fmt, headers))
@@ -253,6 +263,8 @@ class LiteLLMUpstream:
             elif fmt.name == "messages":
                 result = await litellm.anthropic_messages(**params, **self._kwargs(),
                                                           stream=stream)
+            elif fmt.name == "gemini":
+                result = await self._generate_content(params, stream)
             else:
                 result = await litellm.aresponses(**params, **self._kwargs(), stream=stream)
         except Exception as exc:  # litellm maps provider errors to exceptions with a status
@@ -265,6 +277,17 @@ class LiteLLMUpstream:
             return UpstreamReply(200, json_body=data)
         return UpstreamReply(200, {"content-type": "text/event-stream"},
                              stream=_litellm_stream(fmt, result))
+
+    async def _generate_content(self, params: dict[str, Any], stream: bool) -> Any:
+        """Google's format to any provider, through LiteLLM's google_genai adapter."""
+        from litellm.google_genai import agenerate_content, agenerate_content_stream
+
+        extra = {key: params[key] for key in ("systemInstruction", "toolConfig")
+                 if params.get(key)}
+        call = agenerate_content_stream if stream else agenerate_content
+        return await call(contents=params.get("contents") or [],
+                          config=params.get("generationConfig") or None,
+                          tools=params.get("tools") or None, **extra, **self._kwargs())
 
     async def aclose(self) -> None:
         return None

@@ -1,4 +1,4 @@
-"""The three wire formats agents speak, behind one WireFormat protocol."""
+"""The four wire formats agents speak, behind one WireFormat protocol."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from sandlot.gateway.formats.base import (
     WireFormat,
 )
 from sandlot.gateway.formats.chat import ChatFormat
+from sandlot.gateway.formats.gemini import GeminiFormat
 from sandlot.gateway.formats.messages import MessagesFormat
 from sandlot.gateway.formats.responses import ResponsesFormat
 
@@ -20,6 +21,7 @@ FORMATS: dict[str, WireFormat] = {
     "chat": ChatFormat(),
     "messages": MessagesFormat(),
     "responses": ResponsesFormat(),
+    "gemini": GeminiFormat(),
 }
 
 __all__ = ["FORMATS", "FormatName", "ModelTurn", "RequestView", "SSEParser", "ToolCall",

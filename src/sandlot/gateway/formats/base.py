@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-FormatName = Literal["chat", "messages", "responses"]
+FormatName = Literal["chat", "messages", "responses", "gemini"]
 
 
 @dataclass
