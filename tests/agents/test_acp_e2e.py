@@ -25,8 +25,9 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 SCRIPTS = Path(__file__).parent / "scripts_acp"
 REAL_AGENTS = ["claude", "codex"]
-#: Installed too; gemini speaks Google's generateContent to the gateway (own tests below).
-INSTALLED_AGENTS = [*REAL_AGENTS, "gemini"]
+#: Installed too, with a test of their own below: gemini speaks Google's generateContent
+#: to the gateway, opencode Chat Completions.
+INSTALLED_AGENTS = [*REAL_AGENTS, "gemini", "opencode"]
 CHECK_PY = '''answer = open("/app/answer.txt").read().strip()
 assert answer == "42", "the answer file holds the wrong number"
 '''
@@ -223,12 +224,17 @@ def test_every_example_task_passes(agent, agents_cache, tmp_path, request):
     assert not failed, failed
 
 
-def test_gemini_solves_example_tasks_over_generate_content(agents_cache, tmp_path):
-    """gemini-cli in ACP mode, its model calls in Google's format (streamGenerateContent)
-    through the gateway, its files written by its own tools inside the sandbox."""
+@pytest.mark.parametrize(("agent", "wire", "endpoint"), [
+    ("gemini", "gemini", ":streamGenerateContent"),
+    ("opencode", "chat", "/v1/chat/completions"),
+])
+def test_more_acp_agents_solve_example_tasks_in_their_own_format(agents_cache, tmp_path,
+                                                                 agent, wire, endpoint):
+    """gemini-cli (Google's generateContent, files written by its own tools) and OpenCode
+    (Chat Completions) in ACP mode, through the real gateway."""
     tasks = ("csv-top-customers", "semver-compare", "fix-interval-merge")
     args = [arg for task in tasks for arg in ("-i", task)]
-    proc = _cli(agents_cache, "run", str(EXAMPLES), *args, "--agent", "gemini", "--model",
+    proc = _cli(agents_cache, "run", str(EXAMPLES), *args, "--agent", agent, "--model",
                 "scripted/solver", "-n", "2", "--jobs-dir", str(tmp_path), "--job-name", "g")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     for task in tasks:
@@ -236,15 +242,15 @@ def test_gemini_solves_example_tasks_over_generate_content(agents_cache, tmp_pat
         result = _result(trial)
         assert result["passed"] and result["error"] is None, (task, result["error"])
         exchanges = _exchanges(trial)
-        assert {x["format"] for x in exchanges} == {"gemini"}
-        assert all(x["endpoint"].endswith(":streamGenerateContent") and x["status"] == 200
+        assert {x["format"] for x in exchanges} == {wire}
+        assert all(x["endpoint"].endswith(endpoint) and x["status"] == 200
                    for x in exchanges)
         usage = result["usage"]
         assert usage["source"] == "gateway" and usage["n_requests"] == len(exchanges) >= 3
         assert usage["input_tokens"] > 0 and usage["output_tokens"] > 0
         info = result["agent_info"]
-        assert info["agent"] == "gemini" and info["tool_calls"] >= 2
-    assert not _agent_processes("gemini")
+        assert info["agent"] == agent and info["tool_calls"] >= 2
+    assert not _agent_processes(agent)
 
 
 # -- generic ACP agents through the CLI (no npm) ------------------------------------------
