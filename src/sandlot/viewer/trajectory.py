@@ -9,7 +9,7 @@ Two sources, read a page at a time through `LineIndex`:
 - **the gateway's log** (`trajectory/llm_trajectory.jsonl`), for every other agent that
   calls a model: each exchange becomes the messages the agent added since its previous
   turn (user prompts, repair feedback, tool results) followed by the model's answer
-  (text, thinking, tool calls), in any of the three wire formats.
+  (text, thinking, tool calls), in any of the four wire formats.
 
 A step is a plain dict:
 
@@ -98,6 +98,8 @@ def exchange_summary(rec: dict[str, Any], line: int) -> dict[str, Any]:
         n_messages = len(request["messages"])
     elif isinstance(request.get("input"), list):
         n_messages = len(request["input"])
+    elif isinstance(request.get("contents"), list):
+        n_messages = len(request["contents"])
     err = rec.get("error") or rec.get("upstream_error")
     return {
         "line": line, "seq": rec.get("seq"), "format": rec.get("format"),
@@ -155,6 +157,20 @@ def assistant_output(fmt: str | None, response: Any) -> dict[str, Any]:
                                           or item.get("input") or item.get("action")})
         out.update(text="\n".join(t for t in texts if t), thinking="\n".join(thinking),
                    finish=response.get("status"))
+    elif fmt == "gemini":
+        candidate = (response.get("candidates") or [{}])[0] or {}
+        texts, thinking = [], []
+        for part in (candidate.get("content") or {}).get("parts") or []:
+            if not isinstance(part, dict):
+                continue
+            if isinstance(part.get("text"), str):
+                (thinking if part.get("thought") else texts).append(part["text"])
+            call = part.get("functionCall")
+            if isinstance(call, dict):
+                out["tool_calls"].append({"id": call.get("id"), "name": call.get("name"),
+                                          "arguments": call.get("args")})
+        out.update(text="".join(texts), thinking="".join(thinking),
+                   finish=candidate.get("finishReason"))
     else:  # chat
         choice = (response.get("choices") or [{}])[0] or {}
         message = choice.get("message") or {}
@@ -205,6 +221,8 @@ def new_inputs(fmt: str | None, request: Any) -> list[dict[str, Any]]:
                 out.append({"kind": "system" if role in ("system", "developer") else "user",
                             "text": text_of(it.get("content"))})
         return out
+    if fmt == "gemini":
+        return _gemini_inputs(request)
     messages = request.get("messages")
     if not isinstance(messages, list):
         return []
@@ -246,6 +264,35 @@ def new_inputs(fmt: str | None, request: Any) -> list[dict[str, Any]]:
         else:
             out.append({"kind": "system" if role in ("system", "developer") else "user",
                         "text": text_of(content)})
+    return out
+
+
+def _gemini_inputs(request: dict[str, Any]) -> list[dict[str, Any]]:
+    """Google's contents after the model's last turn: prompts and functionResponses."""
+    contents = [c for c in request.get("contents") or [] if isinstance(c, dict)]
+    last = max((i for i, c in enumerate(contents) if c.get("role") == "model"), default=-1)
+    out: list[dict[str, Any]] = []
+    if last < 0 and isinstance(request.get("systemInstruction"), dict):
+        out.append({"kind": "system",
+                    "text": text_of(request["systemInstruction"].get("parts"))})
+    for content in contents[last + 1:]:
+        texts = []
+        for part in content.get("parts") or []:
+            if not isinstance(part, dict):
+                continue
+            reply = part.get("functionResponse")
+            if isinstance(reply, dict):
+                payload = reply.get("response")
+                output = (payload.get("output") if isinstance(payload, dict)
+                          and isinstance(payload.get("output"), str) else json.dumps(payload))
+                out.append({"kind": "tool", "tool": {
+                    "call_id": str(reply.get("id")), "name": reply.get("name"),
+                    "output": output,
+                    "is_error": isinstance(payload, dict) and "error" in payload}})
+            elif isinstance(part.get("text"), str):
+                texts.append(part["text"])
+        if any(t.strip() for t in texts):
+            out.append({"kind": "user", "text": "\n".join(texts)})
     return out
 
 
@@ -338,7 +385,8 @@ class TrialTrajectory:
             return None
         request = rec.get("request") or {}
         params = {k: v for k, v in request.items()
-                  if k not in ("messages", "input", "tools", "system", "instructions")}
+                  if k not in ("messages", "input", "tools", "system", "instructions",
+                                "contents", "systemInstruction")}
         tools = request.get("tools") or []
         return {
             "summary": exchange_summary(rec, i),
