@@ -12,6 +12,8 @@ import anthropic
 import openai
 
 from sandlot.gateway.routing import RouteConfig, Router
+from sandlot.gateway.scripted import find_model
+from sandlot.gateway.scripted_server import ScriptedServer
 from sandlot.gateway.server import Gateway, RetryPolicy, TrialSession
 
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
@@ -80,3 +82,14 @@ def files_containing(root: Path, needle: str) -> list[Path]:
             except OSError:
                 continue
     return hits
+
+
+@contextlib.asynccontextmanager
+async def provider(required_key: str | None) -> AsyncIterator[ScriptedServer]:
+    """gw-tools served as a stand-alone HTTP provider that checks its key like a real one."""
+    server = ScriptedServer(find_model("gw-tools", [SCRIPTS]), required_key=required_key)
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.stop()

@@ -5,18 +5,14 @@ from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 import aiohttp
 import pytest
 
 from sandlot.gateway.formats.base import SSEParser
-from sandlot.gateway.scripted import find_model
-from sandlot.gateway.scripted_server import ScriptedServer
 
-from .gateway_support import SCRIPTS, records, running_gateway
+from .gateway_support import provider, records, running_gateway
 
 pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"),
               pytest.mark.filterwarnings("ignore::UserWarning:pydantic")]
@@ -112,16 +108,6 @@ def test_scripted_generate_content_and_stream_with_usage(runner, tmp_path):
             assert status == 404 and "generateContent" in error["error"]["message"]
 
     runner.run(body())
-
-
-@asynccontextmanager
-async def provider(required_key: str) -> AsyncIterator[ScriptedServer]:
-    server = ScriptedServer(find_model("gw-tools", [SCRIPTS]), required_key=required_key)
-    await server.start()
-    try:
-        yield server
-    finally:
-        await server.stop()
 
 
 @pytest.fixture

@@ -6,22 +6,17 @@ from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 import openai
 import pytest
 
-from sandlot.gateway.scripted import find_model
-from sandlot.gateway.scripted_server import ScriptedServer
-
 from .gateway_support import (
     BASH_TOOL,
-    SCRIPTS,
     ant,
     files_containing,
     oai,
+    provider,
     records,
     running_gateway,
     usage_sum,
@@ -45,16 +40,6 @@ def upstream_secret(monkeypatch: pytest.MonkeyPatch) -> str:
     secret = "sk-upstream-secret-" + secrets.token_hex(16)
     monkeypatch.setenv(KEY_ENV, secret)
     return secret
-
-
-@asynccontextmanager
-async def provider(required_key: str | None) -> AsyncIterator[ScriptedServer]:
-    server = ScriptedServer(find_model("gw-tools", [SCRIPTS]), required_key=required_key)
-    await server.start()
-    try:
-        yield server
-    finally:
-        await server.stop()
 
 
 def assert_usage_matches_trajectory(session: Any) -> None:

@@ -194,8 +194,9 @@ class Gateway:
             {"id": self.router.model_id, "object": "model", "created": 0,
              "owned_by": "sandlot"}]})
 
-    async def _handle(self, request: web.Request) -> web.StreamResponse:
-        fmt = FORMATS[ENDPOINTS[request.path]]
+    async def _admit(self, request: web.Request, fmt: WireFormat,
+                     ) -> tuple[TrialSession, dict[str, Any]] | web.Response:
+        """The request's trial and JSON body, or the 401/400 answer in `fmt`'s shape."""
         session = self._session_for(request)
         if session is None:
             return web.json_response(
@@ -208,6 +209,14 @@ class Gateway:
         except ValueError as exc:
             return web.json_response(fmt.error_body(400, f"invalid JSON body: {exc}"),
                                      status=400)
+        return session, body
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        fmt = FORMATS[ENDPOINTS[request.path]]
+        admitted = await self._admit(request, fmt)
+        if isinstance(admitted, web.Response):
+            return admitted
+        session, body = admitted
         async with session.limit:
             return await self._exchange(request, session, fmt, body)
 
@@ -220,18 +229,10 @@ class Gateway:
             return web.json_response(fmt.error_body(
                 404, f"unknown method {method!r}: use generateContent, streamGenerateContent "
                 "or countTokens"), status=404)
-        session = self._session_for(request)
-        if session is None:
-            return web.json_response(
-                fmt.error_body(401, "invalid or expired sandlot key for this gateway"),
-                status=401)
-        try:
-            body = await request.json()
-            if not isinstance(body, dict):
-                raise ValueError("the body must be a JSON object")
-        except ValueError as exc:
-            return web.json_response(fmt.error_body(400, f"invalid JSON body: {exc}"),
-                                     status=400)
+        admitted = await self._admit(request, fmt)
+        if isinstance(admitted, web.Response):
+            return admitted
+        session, body = admitted
         if method == "countTokens":
             request_body = body.get("generateContentRequest") or body
             return web.json_response(
