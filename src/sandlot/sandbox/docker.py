@@ -207,6 +207,9 @@ class DockerSandbox:
         """Create and start a container; returns its id (removed again if start fails)."""
         api = self.engine.api
         for attempt in (1, 2):
+            # Whether this try already asks for the lowered limits: another container may
+            # have switched the engine to them meanwhile, and an earlier try did not.
+            low_ulimits = bool(getattr(self.engine, "low_ulimits", False))
             host_config = self._host_config(binds=binds, memory_mb=memory_mb, cpus=cpus,
                                             pids=pids, network=network, tmpfs=tmpfs)
             networking = api.create_networking_config(
@@ -225,8 +228,7 @@ class DockerSandbox:
                 return cid
             except Exception as exc:
                 await self._remove_container(cid)
-                if attempt == 1 and _rlimit_error(exc) and not getattr(
-                        self.engine, "low_ulimits", False):
+                if attempt == 1 and _rlimit_error(exc) and not low_ulimits:
                     self.engine.low_ulimits = True  # type: ignore[attr-defined]
                     continue
                 raise SandboxError(f"cannot start container {name}: {exc}") from exc
