@@ -99,9 +99,11 @@ abstract.listen(5)
 tcp = socket.socket()
 tcp.bind(("127.0.0.1", 47474))
 tcp.listen(5)
-time.sleep(10)
+time.sleep(22)
 ADV_PY
-sleep 8
+# Long enough for the snoop to start and finish its probes meanwhile, even on a loaded
+# machine (8 s was once too short under CI load).
+sleep 20
 date +%s.%N > /app/t-end
 """
 VICTIM_TEST_SH = """
@@ -197,7 +199,7 @@ def iso(cache_dir: Path, tmp_path_factory: pytest.TempPathFactory,
     write_task(tasks, "host-view", test_sh=COPY_PROBE_SH,
                instruction=host_view_probe(tmp, jobs, cache_dir, other_jobs))
     write_task(tasks, "victim", instruction=VICTIM, test_sh=VICTIM_TEST_SH,
-               dockerfile=SHARED_LAYER, agent_timeout=30)
+               dockerfile=SHARED_LAYER, agent_timeout=60)
     write_task(tasks, "snoop", instruction=SNOOP, test_sh=SNOOP_TEST_SH,
                dockerfile=SHARED_LAYER)
     write_task(tasks, "net-none", instruction=net_probe(listeners), test_sh=COPY_PROBE_SH)
