@@ -406,7 +406,7 @@ class DockerSandbox:
         except (OSError, SandboxError):
             resolv = ""
         try:
-            await egress.install(f"/proc/{self._pid}/ns/net", egress.resolvers_in(resolv),
+            await egress.install(self._pid, egress.resolvers_in(resolv),
                                  self.spec.allow_private_network)
         except SandboxError:
             with contextlib.suppress(Exception):

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -53,14 +52,49 @@ class EgressPolicy:
     allow_private: bool = False
 
 
-def addresses(ip_json: str) -> list[tuple[str, int]]:
-    """(address, prefix length) of every interface in `ip -j addr show` output."""
+def local_v4(fib_trie: str) -> list[str]:
+    """The IPv4 addresses a network namespace owns, from its /proc/net/fib_trie."""
+    found, last = set(), None
+    for line in fib_trie.splitlines():
+        text = line.strip()
+        if text.startswith("|--"):
+            last = text[3:].strip()
+        elif text.startswith("/32 host LOCAL") and last:
+            found.add(last)
+    return sorted(found)
+
+
+def inet6(if_inet6: str) -> list[tuple[str, int]]:
+    """(address, prefix length) of each IPv6 address, from /proc/net/if_inet6."""
     out = []
-    for link in json.loads(ip_json or "[]"):
-        for info in link.get("addr_info", []):
-            if "local" in info and "prefixlen" in info:
-                out.append((str(info["local"]), int(info["prefixlen"])))
+    for line in if_inet6.splitlines():
+        fields = line.split()
+        if len(fields) >= 3 and len(fields[0]) == 32:
+            hexed = fields[0]
+            address = ":".join(hexed[i:i + 4] for i in range(0, 32, 4))
+            out.append((str(ipaddress.ip_address(address)), int(fields[2], 16)))
     return out
+
+
+def connected_v4(route: str) -> list[str]:
+    """The directly connected IPv4 subnets (no gateway), from /proc/net/route."""
+    out = []
+    for line in route.splitlines()[1:]:
+        fields = line.split()
+        if len(fields) < 8 or fields[2] != "00000000" or fields[1] == "00000000":
+            continue
+        dest = ipaddress.IPv4Address(int(fields[1], 16).to_bytes(4, "little"))
+        mask = ipaddress.IPv4Address(int(fields[7], 16).to_bytes(4, "little"))
+        out.append(str(ipaddress.IPv4Network(f"{dest}/{mask}", strict=False)))
+    return out
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return ""
 
 
 def _split(items: Iterable[str]) -> tuple[list[str], list[str]]:
@@ -109,7 +143,7 @@ async def _run(argv: list[str], stdin: bytes | None = None) -> str:
             stderr=asyncio.subprocess.PIPE)
     except FileNotFoundError as exc:
         raise SandboxError(f"{exc.filename} not found: the egress filter of a sandbox with "
-                           f"network needs nft and ip; {INSTALL_HINT} iproute2") from None
+                           f"network needs nft; {INSTALL_HINT}") from None
     out, err = await proc.communicate(stdin)
     if proc.returncode != 0:
         raise SandboxError(f"{' '.join(argv[:4])}… failed (exit {proc.returncode}): "
@@ -117,28 +151,30 @@ async def _run(argv: list[str], stdin: bytes | None = None) -> str:
     return out.decode(errors="replace")
 
 
-async def policy_for(netns_path: str, resolvers: Iterable[str],
-                     allow_private: bool = False) -> EgressPolicy:
-    """The host's addresses (now: bridges come and go) and the sandbox's own subnets."""
-    host = addresses(await _run(["ip", "-j", "addr", "show"]))
-    own = addresses(await _run(["nsenter", f"--net={netns_path}", "ip", "-j", "addr",
-                                "show"]))
-    return EgressPolicy(
-        host_addresses=tuple(a for a, _ in host),
-        own_subnets=tuple(f"{a}/{p}" for a, p in own
-                          if not ipaddress.ip_address(a).is_loopback),
-        resolvers=tuple(resolvers), allow_private=allow_private)
+def policy_for(pid: int, resolvers: Iterable[str], allow_private: bool = False
+               ) -> EgressPolicy:
+    """The host's addresses (read now: bridges come and go) and the own subnets of the
+    network namespace process `pid` is in, all from /proc (no `ip` process: this runs
+    for every sandbox that goes outbound)."""
+    host = local_v4(_read("/proc/net/fib_trie")) + [
+        a for a, _ in inet6(_read("/proc/net/if_inet6"))]
+    own = connected_v4(_read(f"/proc/{pid}/net/route")) + [
+        f"{a}/{n}" for a, n in inet6(_read(f"/proc/{pid}/net/if_inet6"))
+        if not ipaddress.ip_address(a).is_loopback]
+    return EgressPolicy(host_addresses=tuple(host), own_subnets=tuple(own),
+                        resolvers=tuple(resolvers), allow_private=allow_private)
 
 
-async def install(netns_path: str, resolvers: Iterable[str], allow_private: bool = False,
+async def install(pid: int, resolvers: Iterable[str], allow_private: bool = False,
                   ) -> EgressPolicy:
-    """Install the filter in the network namespace at `netns_path`.
+    """Install the filter in the network namespace of process `pid` (a sandbox's holder
+    or a container's init).
 
-    Raises: SandboxError when nft or ip are missing or refuse (the sandbox must not go
-    outbound unfiltered).
+    Raises: SandboxError when nft is missing or refuses (the sandbox must not go outbound
+    unfiltered).
     """
-    policy = await policy_for(netns_path, resolvers, allow_private)
-    await _run(["nsenter", f"--net={netns_path}", "nft", "-f", "-"],
+    policy = policy_for(pid, resolvers, allow_private)
+    await _run(["nsenter", f"--net=/proc/{pid}/ns/net", "nft", "-f", "-"],
                stdin=ruleset(policy).encode())
     return policy
 

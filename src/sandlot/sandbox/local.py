@@ -403,31 +403,45 @@ class LocalSandbox:
             if shutil.which("slirp4netns") is None:
                 raise SandboxError(f"slirp4netns not found; {INSTALL_HINT}")
             assert self._holder is not None
+            # The egress filter and slirp4netns start side by side (nothing in the sandbox
+            # runs until both are done, so there is no unfiltered moment); in sequence
+            # they cost their sum on every trial's first outbound command.
+            steps = [self._start_slirp(self._holder.pid)]
             if not self._egress_filtered:
-                # Before the tap exists: no moment of unfiltered outbound network.
-                await egress.install(f"/proc/{self._holder.pid}/ns/net", [SLIRP_DNS],
-                                     self.spec.allow_private_network)
-                self._egress_filtered = True
-            read_fd, write_fd = os.pipe()
-            try:
-                self._slirp = await asyncio.create_subprocess_exec(
-                    *die_with_sandlot([
-                        "slirp4netns", "--configure", "--mtu=65520",
-                        "--disable-host-loopback", f"--ready-fd={write_fd}",
-                        str(self._holder.pid), "tap0"]),
-                    stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
-                    stderr=asyncio.subprocess.DEVNULL, pass_fds=(write_fd,), env=LAUNCH_ENV,
-                )
-            finally:
-                os.close(write_fd)
-            try:
-                ready = await asyncio.wait_for(asyncio.to_thread(os.read, read_fd, 1), 15)
-            except TimeoutError:
-                ready = b""
-            finally:
-                os.close(read_fd)
-            if ready != b"1":
-                raise SandboxError("slirp4netns did not configure the sandbox network")
+                steps.append(egress.install(self._holder.pid, [SLIRP_DNS],
+                                            self.spec.allow_private_network))
+            results = await asyncio.gather(*steps, return_exceptions=True)
+            errors = [r for r in results if isinstance(r, BaseException)]
+            if errors:
+                if self._slirp is not None and self._slirp.returncode is None:
+                    with contextlib.suppress(ProcessLookupError):
+                        self._slirp.kill()
+                    await self._slirp.wait()
+                self._slirp = None
+                raise errors[0]
+            self._egress_filtered = True
+
+    async def _start_slirp(self, holder_pid: int) -> None:
+        read_fd, write_fd = os.pipe()
+        try:
+            self._slirp = await asyncio.create_subprocess_exec(
+                *die_with_sandlot([
+                    "slirp4netns", "--configure", "--mtu=65520",
+                    "--disable-host-loopback", f"--ready-fd={write_fd}",
+                    str(holder_pid), "tap0"]),
+                stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
+                stderr=asyncio.subprocess.DEVNULL, pass_fds=(write_fd,), env=LAUNCH_ENV,
+            )
+        finally:
+            os.close(write_fd)
+        try:
+            ready = await asyncio.wait_for(asyncio.to_thread(os.read, read_fd, 1), 15)
+        except TimeoutError:
+            ready = b""
+        finally:
+            os.close(read_fd)
+        if ready != b"1":
+            raise SandboxError("slirp4netns did not configure the sandbox network")
 
     async def _drop_network(self) -> None:
         """Back to loopback only: stopping slirp4netns removes the sandbox's tap device."""
