@@ -17,6 +17,7 @@ import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from typing_extensions import override
 
@@ -206,6 +207,8 @@ class LocalSandbox:
         #: holder's mount namespace only).
         self._disk: Path | None = None
         self._egress_filtered = False
+        #: The egress filter being installed (started with the sandbox).
+        self._egress: asyncio.Future[object] | None = None
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -296,6 +299,11 @@ class LocalSandbox:
             await self.stop()
             raise SandboxError(f"overlay mount failed: {err.decode(errors='replace').strip()}")
         await asyncio.to_thread(self._prepare_root)
+        if not self._keep_upper:
+            # Off the critical path: nearly every trial goes outbound (its verifier), and
+            # nft takes ~20 ms; the first outbound command waits for it (_ensure_network).
+            self._egress = asyncio.ensure_future(egress.install(
+                self._holder.pid, [SLIRP_DNS], self.spec.allow_private_network))
 
     async def _make_disk(self, storage_mb: int) -> Path:
         """A sparse ext4 image of `storage_mb` for the upper layer (~20 ms; no journal: the
@@ -372,6 +380,11 @@ class LocalSandbox:
 
     @override
     async def stop(self) -> None:
+        if self._egress is not None and not self._egress.done():
+            self._egress.cancel()
+        if self._egress is not None:
+            await asyncio.gather(self._egress, return_exceptions=True)
+            self._egress = None
         running = [p for p in (self._slirp, self._holder) if p is not None and p.returncode is None]
         for proc in running:
             with contextlib.suppress(ProcessLookupError):
@@ -406,10 +419,12 @@ class LocalSandbox:
             # The egress filter and slirp4netns start side by side (nothing in the sandbox
             # runs until both are done, so there is no unfiltered moment); in sequence
             # they cost their sum on every trial's first outbound command.
-            steps = [self._start_slirp(self._holder.pid)]
+            steps: list[Any] = [self._start_slirp(self._holder.pid)]
             if not self._egress_filtered:
-                steps.append(egress.install(self._holder.pid, [SLIRP_DNS],
-                                            self.spec.allow_private_network))
+                if self._egress is None:
+                    self._egress = asyncio.ensure_future(egress.install(
+                        self._holder.pid, [SLIRP_DNS], self.spec.allow_private_network))
+                steps.append(asyncio.shield(self._egress))
             results = await asyncio.gather(*steps, return_exceptions=True)
             errors = [r for r in results if isinstance(r, BaseException)]
             if errors:
