@@ -30,6 +30,18 @@ def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 TaskFactory = Callable[..., Path]
 
 
+def files_containing(root: Path, needle: str) -> list[Path]:
+    """Every regular file under `root` whose bytes contain `needle` (symlinks not followed)."""
+    data = needle.encode()
+    hits = []
+    for path in root.rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            with contextlib.suppress(OSError):
+                if data in path.read_bytes():
+                    hits.append(path)
+    return hits
+
+
 def write_task(root: Path, name: str, *, test_sh: str | None = None, solve_sh: str = "true",
                instruction: str = "Do the thing.\n", task_toml: str | None = None,
                dockerfile: str | None = None, files: dict[str, str] | None = None,

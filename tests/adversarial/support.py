@@ -22,9 +22,9 @@ from typing import Any
 
 import pytest
 
-from conftest import REPO, sandlot_cmd, write_task
+from conftest import REPO, files_containing, sandlot_cmd, write_task
 
-__all__ = ["REPO", "write_task"]
+__all__ = ["REPO", "files_containing", "write_task"]
 
 SHELL_AGENT = "sandlot_test_agents:ShellAgent"
 KEY_AGENT = "adversarial.key_agent:KeyHoldingAgent"
@@ -76,18 +76,6 @@ def probe(path: Path) -> dict[str, str]:
             if sep:
                 out[name.strip()] = value.strip()
     return out
-
-
-def files_containing(root: Path, needle: str) -> list[Path]:
-    """Every regular file under `root` whose bytes contain `needle` (symlinks not followed)."""
-    data = needle.encode()
-    hits = []
-    for path in root.rglob("*"):
-        if path.is_file() and not path.is_symlink():
-            with contextlib.suppress(OSError):
-                if data in path.read_bytes():
-                    hits.append(path)
-    return hits
 
 
 def pgrep(pattern: str) -> list[int]:

@@ -70,20 +70,6 @@ def usage_sum(recs: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def files_containing(root: Path, needle: str) -> list[Path]:
-    """Every regular file under `root` whose bytes contain `needle`."""
-    data = needle.encode()
-    hits = []
-    for path in root.rglob("*"):
-        if path.is_file() and not path.is_symlink():
-            try:
-                if data in path.read_bytes():
-                    hits.append(path)
-            except OSError:
-                continue
-    return hits
-
-
 @contextlib.asynccontextmanager
 async def provider(required_key: str | None) -> AsyncIterator[ScriptedServer]:
     """gw-tools served as a stand-alone HTTP provider that checks its key like a real one."""

@@ -13,7 +13,9 @@ from typing import Any
 
 import pytest
 
-from .gateway_support import SCRIPTS, TOKEN_FIELDS, files_containing, records, usage_sum
+from conftest import files_containing
+
+from .gateway_support import SCRIPTS, TOKEN_FIELDS, records, usage_sum
 
 pytestmark = [
     pytest.mark.e2e,

@@ -11,10 +11,11 @@ from typing import Any
 import openai
 import pytest
 
+from conftest import files_containing
+
 from .gateway_support import (
     BASH_TOOL,
     ant,
-    files_containing,
     oai,
     provider,
     records,

@@ -28,9 +28,12 @@ def artifacts(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("viewer-screenshots")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    """Debian's headless Chromium driven by Playwright (no browser download)."""
+    """Debian's headless Chromium driven by Playwright (no browser download).
+
+    Per module, not per session: Playwright's sync API keeps an event loop running in the
+    main thread while it is open, and any later test's asyncio.run() would then fail."""
     if not Path(CHROMIUM).exists():
         pytest.skip(f"{CHROMIUM} is missing: apt-get install chromium (scripts/install.sh)")
     sync_api = pytest.importorskip("playwright.sync_api")

@@ -47,9 +47,9 @@ from sandlot.agents.acp_registry import (
 from sandlot.agents.acp_wire import STREAM_LIMIT_BYTES, ProcessTransport, Trajectory
 from sandlot.agents.base import AgentContext, AgentOutcome
 from sandlot.agents.install import (
-    MARKER,
     AgentInstallError,
     install_npm_package,
+    installed_version,
     require_node,
 )
 from sandlot.errors import ErrorKind, TrialError, limit_error
@@ -140,7 +140,7 @@ class AcpAgent:
             except AgentInstallError as exc:
                 raise TrialError(ErrorKind.AGENT_ERROR, f"cannot install the {spec.name} "
                                  f"agent: {exc}", "setup") from exc
-            self.installed_version = _installed_version(folder, spec.version)
+            self.installed_version = installed_version(folder, spec.version)
             await ctx.sandbox.expose(folder, self._install_dir())
         if spec.needs_node:
             await require_node(ctx.sandbox, spec.needs_node, f"the {spec.name} agent")
@@ -460,11 +460,3 @@ def _describe(exc: acp.RequestError) -> str:
     if data:
         text += f": {json.dumps(data, default=str)[:1000]}"
     return text
-
-
-def _installed_version(folder: Path, fallback: str) -> str:
-    try:
-        marker = json.loads((folder / MARKER).read_text())
-        return str(marker.get("version") or fallback)
-    except (OSError, ValueError):
-        return fallback

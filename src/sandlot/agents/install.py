@@ -43,6 +43,15 @@ def is_installed(folder: Path) -> bool:
     return (folder / MARKER).is_file()
 
 
+def installed_version(folder: Path, fallback: str) -> str:
+    """The version the install marker records (a dist-tag resolves to one), else `fallback`."""
+    try:
+        marker = json.loads((folder / MARKER).read_text())
+        return str(marker.get("version") or fallback)
+    except (OSError, ValueError):
+        return fallback
+
+
 async def install_npm_package(cache_dir: Path, name: str, package: str, version: str,
                               *, timeout_sec: float = INSTALL_TIMEOUT_SEC) -> Path:
     """Install `package@version` under `<cache_dir>/agents/<name>/<version>` unless it is there.

@@ -25,9 +25,9 @@ from typing_extensions import override
 
 from sandlot.agents.base import AgentContext, AgentOutcome
 from sandlot.agents.install import (
-    MARKER,
     AgentInstallError,
     install_npm_package,
+    installed_version,
     require_node,
 )
 from sandlot.agents.pi_rpc import PiExited, PiRpc, PiRpcError, ProgressCallback, PromptTrace
@@ -126,7 +126,7 @@ class PiAgent:
                                                PACKAGE, self.version)
         except AgentInstallError as exc:
             raise TrialError(ErrorKind.AGENT_ERROR, f"cannot install Pi: {exc}", "setup") from exc
-        self.installed_version = _installed_version(folder, self.version)
+        self.installed_version = installed_version(folder, self.version)
         await require_node(ctx.sandbox, MIN_NODE, "Pi")
         await ctx.sandbox.expose(folder, INSTALL_MOUNT)
         with tempfile.TemporaryDirectory(prefix="sandlot-pi-") as tmp:
@@ -285,11 +285,3 @@ class PiAgent:
             tmp.replace(path)
         except OSError:
             pass
-
-
-def _installed_version(folder: Path, fallback: str) -> str:
-    try:
-        marker = json.loads((folder / MARKER).read_text())
-        return str(marker.get("version") or fallback)
-    except (OSError, ValueError):
-        return fallback

@@ -37,7 +37,8 @@ def _base(controller: str) -> Path | None:
     return own / "sandlot"
 
 
-def _read_int_field(path: Path, key: str) -> int:
+def read_int_field(path: Path, key: str) -> int:
+    """The value of `key` in a cgroup "key value" file (0 when absent or unreadable)."""
     try:
         for line in path.read_text().splitlines():
             k, _, v = line.partition(" ")
@@ -129,9 +130,9 @@ class CgroupLimits:
         """(OOM kills, fork refusals) so far; compare before/after a command."""
         oom = pids = 0
         if "memory" in self.groups:
-            oom = _read_int_field(self.groups["memory"] / "memory.oom_control", "oom_kill")
+            oom = read_int_field(self.groups["memory"] / "memory.oom_control", "oom_kill")
         if "pids" in self.groups:
-            pids = _read_int_field(self.groups["pids"] / "pids.events", "max")
+            pids = read_int_field(self.groups["pids"] / "pids.events", "max")
         return oom, pids
 
     def destroy(self) -> None:

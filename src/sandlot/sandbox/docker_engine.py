@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 from urllib.parse import quote, urlencode, urlparse
 
 from sandlot.errors import SandboxError
+from sandlot.sandbox.cgroups import read_int_field
 
 T = TypeVar("T")
 
@@ -195,17 +196,6 @@ def _is_running(pid: int) -> bool:
 # -- cgroup counters: was a limit hit? ------------------------------------------------------
 
 
-def _read_field(path: Path, key: str) -> int:
-    try:
-        for line in path.read_text().splitlines():
-            k, _, v = line.partition(" ")
-            if k == key:
-                return int(v)
-    except (OSError, ValueError):
-        pass
-    return 0
-
-
 @dataclass
 class CgroupCounters:
     """A container's OOM-kill and fork-refusal counters (cgroup v1 or v2), read on the host."""
@@ -235,8 +225,8 @@ class CgroupCounters:
         return counters
 
     def read(self) -> tuple[int, int]:
-        oom = sum(_read_field(p, k) for p, k, kind in self.files if kind == "memory")
-        pids = sum(_read_field(p, k) for p, k, kind in self.files if kind == "pids")
+        oom = sum(read_int_field(p, k) for p, k, kind in self.files if kind == "memory")
+        pids = sum(read_int_field(p, k) for p, k, kind in self.files if kind == "pids")
         return oom, pids
 
 

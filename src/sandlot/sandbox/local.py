@@ -17,7 +17,6 @@ import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from typing_extensions import override
 
@@ -206,7 +205,6 @@ class LocalSandbox:
         #: With a disk quota: where the sandbox's own filesystem is mounted (inside the
         #: holder's mount namespace only).
         self._disk: Path | None = None
-        self._egress_filtered = False
         #: The egress filter being installed (started with the sandbox).
         self._egress: asyncio.Future[object] | None = None
 
@@ -302,8 +300,15 @@ class LocalSandbox:
         if not self._keep_upper:
             # Off the critical path: nearly every trial goes outbound (its verifier), and
             # nft takes ~20 ms; the first outbound command waits for it (_ensure_network).
+            self._egress_filter()
+
+    def _egress_filter(self) -> asyncio.Future[object]:
+        """The egress filter's installation, started on first need (sandlot.sandbox.egress)."""
+        if self._egress is None:
+            assert self._holder is not None
             self._egress = asyncio.ensure_future(egress.install(
                 self._holder.pid, [SLIRP_DNS], self.spec.allow_private_network))
+        return self._egress
 
     async def _make_disk(self, storage_mb: int) -> Path:
         """A sparse ext4 image of `storage_mb` for the upper layer (~20 ms; no journal: the
@@ -419,13 +424,9 @@ class LocalSandbox:
             # The egress filter and slirp4netns start side by side (nothing in the sandbox
             # runs until both are done, so there is no unfiltered moment); in sequence
             # they cost their sum on every trial's first outbound command.
-            steps: list[Any] = [self._start_slirp(self._holder.pid)]
-            if not self._egress_filtered:
-                if self._egress is None:
-                    self._egress = asyncio.ensure_future(egress.install(
-                        self._holder.pid, [SLIRP_DNS], self.spec.allow_private_network))
-                steps.append(asyncio.shield(self._egress))
-            results = await asyncio.gather(*steps, return_exceptions=True)
+            results = await asyncio.gather(self._start_slirp(self._holder.pid),
+                                           asyncio.shield(self._egress_filter()),
+                                           return_exceptions=True)
             errors = [r for r in results if isinstance(r, BaseException)]
             if errors:
                 if self._slirp is not None and self._slirp.returncode is None:
@@ -434,7 +435,6 @@ class LocalSandbox:
                     await self._slirp.wait()
                 self._slirp = None
                 raise errors[0]
-            self._egress_filtered = True
 
     async def _start_slirp(self, holder_pid: int) -> None:
         read_fd, write_fd = os.pipe()

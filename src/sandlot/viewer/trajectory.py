@@ -28,6 +28,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from sandlot.gateway.formats.base import text_of as _flatten
+from sandlot.gateway.formats.gemini import response_text
 from sandlot.viewer.lines import LRU, IndexCache, parse_line
 
 BUILTIN_LOG = "agent/builtin_trajectory.jsonl"
@@ -44,30 +46,8 @@ def _is_assistant_line(head: bytes) -> int:
 
 
 def text_of(content: Any) -> str:
-    """Flatten message content (a string or a list of parts) to text."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, dict):
-        return text_of([content])
-    if isinstance(content, list):
-        parts = []
-        for part in content:
-            if isinstance(part, str):
-                parts.append(part)
-            elif isinstance(part, dict):
-                kind = part.get("type", "")
-                if isinstance(part.get("text"), str):
-                    parts.append(part["text"])
-                elif "image" in str(kind):
-                    parts.append("[image]")
-                elif "content" in part:
-                    parts.append(text_of(part["content"]))
-                elif isinstance(part.get("output"), str):
-                    parts.append(part["output"])
-        return "\n".join(parts)
-    return str(content)
+    """Flatten message content to text, images shown as "[image]"."""
+    return _flatten(content, image="[image]")
 
 
 def cap(step: dict[str, Any], key: str, value: str | None, limit: int = TEXT_CAP) -> None:
@@ -283,11 +263,9 @@ def _gemini_inputs(request: dict[str, Any]) -> list[dict[str, Any]]:
             reply = part.get("functionResponse")
             if isinstance(reply, dict):
                 payload = reply.get("response")
-                output = (payload.get("output") if isinstance(payload, dict)
-                          and isinstance(payload.get("output"), str) else json.dumps(payload))
                 out.append({"kind": "tool", "tool": {
                     "call_id": str(reply.get("id")), "name": reply.get("name"),
-                    "output": output,
+                    "output": response_text(payload),
                     "is_error": isinstance(payload, dict) and "error" in payload}})
             elif isinstance(part.get("text"), str):
                 texts.append(part["text"])

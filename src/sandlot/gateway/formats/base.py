@@ -123,8 +123,9 @@ class SSEParser:
         return out
 
 
-def text_of(content: Any) -> str:
-    """Flatten a message content (string or list of parts) to its text."""
+def text_of(content: Any, image: str | None = None) -> str:
+    """Flatten a message content (string or list of parts) to its text; an image part
+    becomes `image` when given (a reader's placeholder), else nothing."""
     if content is None:
         return ""
     if isinstance(content, str):
@@ -137,13 +138,15 @@ def text_of(content: Any) -> str:
             elif isinstance(part, dict):
                 if isinstance(part.get("text"), str):
                     parts.append(part["text"])
+                elif image is not None and "image" in str(part.get("type", "")):
+                    parts.append(image)
                 elif "content" in part:
-                    parts.append(text_of(part["content"]))
+                    parts.append(text_of(part["content"], image))
                 elif isinstance(part.get("output"), str):
                     parts.append(part["output"])
         return "\n".join(parts)
     if isinstance(content, dict):
-        return text_of([content])
+        return text_of([content], image)
     return str(content)
 
 

@@ -64,7 +64,7 @@ def _parts_text(parts: list[Any]) -> str:
                      and not p.get("thought"))
 
 
-def _response_text(response: Any) -> str:
+def response_text(response: Any) -> str:
     """A functionResponse's payload as the text a tool printed."""
     if isinstance(response, dict):
         for key in ("output", "content", "result"):
@@ -95,7 +95,7 @@ class GeminiFormat:
 
         last_tool = None
         if contents and contents[-1].get("role", "user") == "user" and responses(contents[-1]):
-            last_tool = "\n".join(_response_text(r.get("response"))
+            last_tool = "\n".join(response_text(r.get("response"))
                                   for r in responses(contents[-1]))
         prompts = [c for c in contents if c.get("role", "user") == "user"
                    and not responses(c) and _parts_text(c.get("parts") or [])]
