@@ -12,6 +12,15 @@ from pathlib import Path
 
 import pytest
 
+from suite_guard import (  # noqa: F401  (hooks: the run's bounds and its end-of-run check)
+    pytest_runtest_logfinish,
+    pytest_runtest_logreport,
+    pytest_runtest_logstart,
+    pytest_runtest_teardown,
+    pytest_sessionfinish,
+    pytest_sessionstart,
+)
+
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples" / "tasks"
 

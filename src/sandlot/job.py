@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +21,7 @@ from sandlot.agents import create_agent
 from sandlot.agents.acp_registry import AgentCatalog
 from sandlot.errors import RETRYABLE_KINDS, ErrorKind
 from sandlot.fsutil import write_model
+from sandlot.hostguard import remove_tree
 from sandlot.live import TrialLive
 from sandlot.models import RESUMABLE_SETTINGS, JobConfig, JobSummary, TrialResult
 from sandlot.redact import secrets_from_env
@@ -141,7 +141,7 @@ def load_finished(path: Path) -> TrialResult | None:
 def _archive_try(trial_dir: Path, try_number: int) -> None:
     """Keep a failed try beside the next one: <trial>/retries/try-<n>/."""
     staging = trial_dir.with_name(f".{trial_dir.name}.try{try_number}.tmp")
-    shutil.rmtree(staging, ignore_errors=True)
+    remove_tree(staging, ignore_errors=True)
     retries = trial_dir / "retries"
     kept = retries.rename(trial_dir.with_name(f".{trial_dir.name}.retries.tmp")) \
         if retries.is_dir() else None
@@ -176,7 +176,7 @@ async def run_job(config: JobConfig, tasks: list[Task], backend: SandboxBackend,
     root = prepare_job_dir(config)
     for leftover in root.rglob(".*.tmp"):  # a write or a retry archive a kill cut short
         if leftover.is_dir() and not leftover.is_symlink():
-            shutil.rmtree(leftover, ignore_errors=True)
+            remove_tree(leftover, ignore_errors=True)
         else:
             leftover.unlink(missing_ok=True)
     await backend.sweep()
@@ -189,7 +189,7 @@ async def run_job(config: JobConfig, tasks: list[Task], backend: SandboxBackend,
             run.n_resumed += 1
         else:
             if plan.dir.exists():
-                shutil.rmtree(plan.dir)
+                remove_tree(plan.dir)
             pending.append(plan)
     _notify(observer, "job_started", run.write_summary(), len(pending))
     settings = TrialSettings(agent_name=config.agent, model=config.model,

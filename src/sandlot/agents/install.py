@@ -16,11 +16,13 @@ import json
 import os
 import re
 import shutil
+import signal
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+from sandlot.hostguard import remove_tree, signal_child_group
 from sandlot.sandbox.procutil import die_with_sandlot
 
 MARKER = ".sandlot-installed.json"
@@ -93,7 +95,7 @@ async def install_npm_package(cache_dir: Path, name: str, package: str, version:
             (tmp / MARKER).write_text(json.dumps(marker, indent=2) + "\n")
             os.rename(tmp, target)
         except BaseException:
-            await asyncio.shield(asyncio.to_thread(shutil.rmtree, tmp, True))
+            await asyncio.shield(asyncio.to_thread(remove_tree, tmp, ignore_errors=True))
             raise
     return target
 
@@ -101,9 +103,9 @@ async def install_npm_package(cache_dir: Path, name: str, package: str, version:
 def _remove_stale(parent: Path, version: str, target: Path) -> None:
     """Under the lock: earlier killed installs' temp folders and unfinished targets."""
     for leftover in parent.glob(f".tmp-{version}-*"):
-        shutil.rmtree(leftover, ignore_errors=True)
+        remove_tree(leftover, ignore_errors=True)
     if target.exists() and not is_installed(target):
-        shutil.rmtree(target, ignore_errors=True)
+        remove_tree(target, ignore_errors=True)
 
 
 async def _npm_install(prefix: Path, package: str, version: str, timeout_sec: float) -> str:
@@ -117,8 +119,7 @@ async def _npm_install(prefix: Path, package: str, version: str, timeout_sec: fl
         async with asyncio.timeout(timeout_sec):
             _, err = await proc.communicate()
     except BaseException as exc:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, 9)
+        signal_child_group(proc.pid, signal.SIGKILL)
         await asyncio.shield(proc.wait())
         if isinstance(exc, TimeoutError):
             raise AgentInstallError(f"`npm install {package}@{version}` did not finish within "

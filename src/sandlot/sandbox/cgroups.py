@@ -10,8 +10,11 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from sandlot.hostguard import check_cgroup_is_ours
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 CONTROLLERS = ("memory", "pids", "cpu")
@@ -30,7 +33,8 @@ def _own_path(controller: str) -> Path | None:
     return None
 
 
-def _base(controller: str) -> Path | None:
+def sandlot_parent(controller: str) -> Path | None:
+    """`<this process's group>/sandlot`: the one parent of every group sandlot makes."""
     own = _own_path(controller)
     if own is None or not (own / "cgroup.procs").exists():
         return None
@@ -49,7 +53,16 @@ def read_int_field(path: Path, key: str) -> int:
     return 0
 
 
-def _kill_and_remove(group: Path) -> None:
+def _parents() -> list[Path]:
+    return [p for p in map(sandlot_parent, CONTROLLERS) if p is not None]
+
+
+def kill_and_remove(group: Path) -> None:
+    """SIGKILL what is in `group` until it can be removed; only a group sandlot made.
+
+    Raises: HostSafetyError for any other path (the user's own groups, a parent).
+    """
+    check_cgroup_is_ours(group, _parents())
     for _ in range(50):
         try:
             pids = [int(p) for p in (group / "cgroup.procs").read_text().split()]
@@ -64,8 +77,6 @@ def _kill_and_remove(group: Path) -> None:
         except FileNotFoundError:
             return
         except OSError:
-            import time
-
             time.sleep(0.02)
 
 
@@ -73,13 +84,13 @@ def sweep_stale() -> int:
     """Remove groups whose owning sandlot process is gone; returns how many."""
     removed = 0
     for controller in CONTROLLERS:
-        base = _base(controller)
+        base = sandlot_parent(controller)
         if base is None or not base.is_dir():
             continue
         for group in base.iterdir():
             owner = group.name.split("-", 1)[0]
             if owner.isdigit() and not Path(f"/proc/{owner}").exists():
-                _kill_and_remove(group)
+                kill_and_remove(group)
                 removed += 1
     return removed
 
@@ -99,7 +110,7 @@ class CgroupLimits:
         for controller, value in wanted.items():
             if value is None:
                 continue
-            base = _base(controller)
+            base = sandlot_parent(controller)
             if base is None:
                 continue
             group = base / limits.name
@@ -137,5 +148,5 @@ class CgroupLimits:
 
     def destroy(self) -> None:
         for group in self.groups.values():
-            _kill_and_remove(group)
+            kill_and_remove(group)
         self.groups.clear()

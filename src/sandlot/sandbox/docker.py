@@ -17,7 +17,6 @@ import contextlib
 import os
 import re
 import secrets
-import shutil
 import signal
 import tarfile
 import tempfile
@@ -29,6 +28,7 @@ from typing import Any, Literal
 from typing_extensions import override
 
 from sandlot.errors import SandboxError
+from sandlot.hostguard import remove_tree
 from sandlot.sandbox import egress
 from sandlot.sandbox.base import ExecResult, LimitKind, Network, SandboxSpec
 from sandlot.sandbox.changes import Change
@@ -742,7 +742,7 @@ class DockerSandbox:
         finally:
             if probe is not None:
                 await self._remove_container(probe)
-            shutil.rmtree(scratch, ignore_errors=True)
+            remove_tree(scratch, ignore_errors=True)
 
 
 def _children_of(pid: int) -> set[int]:
@@ -754,7 +754,7 @@ def _children_of(pid: int) -> set[int]:
 
 def _rm(path: Path) -> None:
     if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path)
+        remove_tree(path)
     elif path.exists() or path.is_symlink():
         path.unlink()
 
@@ -801,9 +801,9 @@ def _extract_to(spool: Any, local: Path) -> None:
         if len(entries) != 1:
             raise SandboxError(f"unexpected archive from the engine ({len(entries)} entries)")
         if local.is_dir() and not local.is_symlink():
-            shutil.rmtree(local)
+            remove_tree(local)
         elif local.exists() or local.is_symlink():
             local.unlink()
         os.replace(entries[0], local)
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        remove_tree(staging, ignore_errors=True)

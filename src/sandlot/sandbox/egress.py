@@ -25,6 +25,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from sandlot.errors import SandboxError
+from sandlot.hostguard import check_private_netns
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -173,6 +174,7 @@ async def install(pid: int, resolvers: Iterable[str], allow_private: bool = Fals
     Raises: SandboxError when nft is missing or refuses (the sandbox must not go outbound
     unfiltered).
     """
+    check_private_netns(pid)
     policy = policy_for(pid, resolvers, allow_private)
     await _run(["nsenter", f"--net=/proc/{pid}/ns/net", "nft", "-f", "-"],
                stdin=ruleset(policy).encode())

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from sandlot.errors import ErrorKind, TrialError
+from sandlot.hostguard import remove_tree
 from sandlot.sandbox.base import SandboxSpec
 from sandlot.tasks.dockerfile import CopyStep, DockerfilePlan, RunStep
 
@@ -137,14 +138,14 @@ class LayerCache:
                 if final.is_dir():
                     return final
                 staging = self.root / f".build-{os.getpid()}-{key}"
-                shutil.rmtree(staging, ignore_errors=True)
+                remove_tree(staging, ignore_errors=True)
                 staging.mkdir(parents=True)
                 try:
                     await build(staging / "upper")
                     final.parent.mkdir(parents=True, exist_ok=True)
                     os.rename(staging / "upper", final)
                 finally:
-                    await asyncio.to_thread(shutil.rmtree, staging, True)
+                    await asyncio.to_thread(remove_tree, staging, ignore_errors=True)
             finally:
                 with contextlib.suppress(OSError):
                     fcntl.flock(lock_fd, fcntl.LOCK_UN)

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing_extensions import override
 
 from sandlot.errors import SandboxDiskFull, SandboxError
+from sandlot.hostguard import check_private_netns, remove_tree, signal_child_group
 from sandlot.sandbox import egress
 from sandlot.sandbox.base import DEFAULT_PATH, ExecResult, LimitKind, Network, SandboxSpec
 from sandlot.sandbox.cgroups import CgroupLimits
@@ -165,8 +166,7 @@ class LocalProcess:
 
     def _signal(self, sig: int) -> None:
         if self._proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self._proc.pid, sig)
+            signal_child_group(self._proc.pid, sig)
 
     async def terminate(self) -> None:
         self._signal(signal.SIGTERM)
@@ -405,12 +405,12 @@ class LocalSandbox:
 
     def _remove_scratch(self) -> None:
         if self._layer_work is not None:
-            shutil.rmtree(self._layer_work, ignore_errors=True)
+            remove_tree(self._layer_work, ignore_errors=True)
         if self._keep_upper:
             for name in ("work", "merged", "layer"):
-                shutil.rmtree(self.scratch / name, ignore_errors=True)
+                remove_tree(self.scratch / name, ignore_errors=True)
         else:
-            shutil.rmtree(self.scratch, ignore_errors=True)
+            remove_tree(self.scratch, ignore_errors=True)
 
     # -- network ---------------------------------------------------------------------------
 
@@ -437,6 +437,7 @@ class LocalSandbox:
                 raise errors[0]
 
     async def _start_slirp(self, holder_pid: int) -> None:
+        check_private_netns(holder_pid)
         read_fd, write_fd = os.pipe()
         try:
             self._slirp = await asyncio.create_subprocess_exec(
@@ -584,8 +585,7 @@ class LocalSandbox:
         finally:
             feeder.cancel()
             if proc.returncode is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
+                signal_child_group(proc.pid, signal.SIGKILL)
                 await proc.wait()
         try:
             (out, out_trunc), (err, err_trunc) = await asyncio.wait_for(readers, 10)
@@ -715,7 +715,7 @@ class LocalSandbox:
     @staticmethod
     def _rm(path: Path) -> None:
         if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path)
+            remove_tree(path)
         elif path.exists() or path.is_symlink():
             path.unlink()
 

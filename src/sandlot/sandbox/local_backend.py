@@ -12,6 +12,7 @@ from typing_extensions import override
 
 from sandlot.errors import SandboxError, TrialError
 from sandlot.fsutil import write_atomic
+from sandlot.hostguard import remove_tree
 from sandlot.sandbox.base import EnvironmentRequest, Sandbox, SandboxSpec
 from sandlot.sandbox.cgroups import sweep_stale
 from sandlot.sandbox.layers import LayerCache, layer_key, replay_dockerfile
@@ -86,7 +87,7 @@ class LocalBackend:
             for path in candidates:
                 if path.is_dir() and _owner_dead(path.name) and (
                         folder == self.scratch_root or path.name.startswith((".build-", "work-"))):
-                    await asyncio.to_thread(shutil.rmtree, path, True)
+                    await asyncio.to_thread(remove_tree, path, ignore_errors=True)
                     removed += 1
         return removed
 
