@@ -90,8 +90,10 @@ start_engine() {
     # Exec sessions' conmon processes linger exit_command_delay seconds (300 by default)
     # after their command ended: 190 of them were still running after a suite.
     printf '[engine]\nexit_command_delay = 5\n' >"$run_dir/containers.conf"
-    CONTAINERS_CONF=$run_dir/containers.conf \
-      podman --runtime runc system service --time=0 "unix://$podman_sock" \
+    # Started in the run's folder: conmon writes an "oom" file into its working folder
+    # when a container is OOM-killed (it used to land in the repository).
+    (cd "$run_dir" && CONTAINERS_CONF=$run_dir/containers.conf \
+      exec podman --runtime runc system service --time=0 "unix://$podman_sock") \
       >"$run_dir/podman.log" 2>&1 &
     podman_pid=$!
     export SANDLOT_TEST_ENGINE_PID=$podman_pid

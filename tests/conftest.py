@@ -93,6 +93,14 @@ def make_task(tmp_path: Path) -> TaskFactory:
     return factory
 
 
+def kept_downloads_dir() -> Path:
+    """Where the e2e tests keep agents installed from npm between runs: sandlot's own cache
+    (what `sandlot clean` empties), or $SANDLOT_TEST_AGENTS_DIR."""
+    from sandlot.paths import default_cache_dir
+
+    return Path(os.environ.get("SANDLOT_TEST_AGENTS_DIR") or default_cache_dir())
+
+
 def sandlot_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "sandlot.cli", *args]
 

@@ -27,7 +27,7 @@ from pathlib import Path
 #: Folders where stray temp files would pile up between runs.
 TEMP_FOLDERS = (Path("/tmp"), Path("/var/tmp"), Path("/dev/shm"))
 #: Caches allowed to grow between runs (downloads worth keeping): images and npm agents.
-KEPT_CACHES = (Path("/var/lib/containers"), Path.home() / ".cache" / "sandlot-test",
+KEPT_CACHES = (Path("/var/lib/containers"), Path.home() / ".cache" / "sandlot",
                Path.home() / ".npm", Path.home() / ".cache" / "pip")
 DISK_SLACK_BYTES = 200 * 1024 * 1024
 #: A tree deeper than this in the repository folder would defeat a plain `rm -rf`.
@@ -120,6 +120,61 @@ def nft_tables() -> set[str]:
     return {line.strip() for line in out.splitlines() if line.strip()}
 
 
+#: Base chains a firewall table hooks into; in an engine's table they only jump onward.
+BASE_CHAINS = frozenset({"PREROUTING", "POSTROUTING", "INPUT", "OUTPUT", "FORWARD"})
+
+
+def is_engine_table(listing: str, prefix: str = "NETAVARK") -> bool:
+    """Whether an nft table (`nft list table ...` output) holds only the container engine's
+    own rules: netavark's chains, and base chains that only jump to them. Podman keeps
+    these between runs by design (its firewall state, like its image store); any other
+    chain or rule is not the engine's and fails the check."""
+    chain = None
+    seen_engine = False
+    for raw in listing.splitlines():
+        line = raw.strip()
+        if line.startswith("chain "):
+            chain = line.split()[1]
+            if not (chain.startswith(prefix) or chain in BASE_CHAINS):
+                return False
+            seen_engine = seen_engine or chain.startswith(prefix)
+        elif (not line or line.startswith(("table ", "type ", "}", "#"))
+              or chain is None or chain.startswith(prefix)):
+            continue
+        elif f"jump {prefix}" not in line and f"goto {prefix}" not in line:
+            return False
+    return seen_engine
+
+
+def engine_table(table: str) -> bool:
+    """`table` as `nft list tables` prints it ("table ip nat")."""
+    try:
+        out = subprocess.run(["nft", "list", *table.split()], capture_output=True, text=True,
+                             timeout=20).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return is_engine_table(out)
+
+
+def repo_entries(repo: Path) -> set[str]:
+    """The repository's top-level entries (cheap enough to take after every test: a stray
+    file written to the working directory lands here)."""
+    with contextlib.suppress(OSError):
+        return {str(repo / name) for name in os.listdir(repo)}
+    return set()
+
+
+def repo_changes(repo: Path) -> set[str]:
+    """`git status` lines (untracked files included, ignored ones not)."""
+    try:
+        out = subprocess.run(["git", "-C", str(repo), "status", "--porcelain",
+                              "--untracked-files=all"], capture_output=True, text=True,
+                             timeout=60).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return set()
+    return {line for line in out.splitlines() if line.strip()}
+
+
 def disk_used() -> int:
     st = os.statvfs("/")
     return (st.f_blocks - st.f_bfree) * st.f_frsize
@@ -180,6 +235,24 @@ def _inode_flags(path: str) -> int:
         os.close(fd)
 
 
+#: Programs the suite runs that may end up orphaned: a leftover one is the suite's.
+SUITE_PROGRAMS = frozenset({"bwrap", "conmon", "slirp4netns", "unshare", "nsenter",
+                            "setpriv", "podman", "catatonit", "docker-registry", "node",
+                            "npm", "python", "python3", "sleep", "sh", "bash"})
+
+
+def _suite_kind_of_orphan(proc: Proc) -> bool:
+    """An orphan started during the run is the suite's when it lives in the run's cgroup
+    (scripts/test.sh), in the engine's container groups, or is one of the programs the
+    suite runs; another job's daemon on a shared machine is not."""
+    with contextlib.suppress(OSError):
+        groups = Path(f"/proc/{proc.pid}/cgroup").read_text()
+        if "sandlot-tests-" in groups or "libpod" in groups:
+            return True
+    name = proc.cmdline.split(" ", 1)[0].rsplit("/", 1)[-1]
+    return name in SUITE_PROGRAMS or name.startswith("python")
+
+
 @dataclass
 class MachineState:
     started_ticks: int
@@ -191,17 +264,20 @@ class MachineState:
     temp: set[str]
     disk: int
     kept: int
+    repo_top: set[str] = field(default_factory=set)
+    repo_status: set[str] = field(default_factory=set)
 
 
 def boot_ticks_now() -> int:
     return int(time.clock_gettime(time.CLOCK_BOOTTIME) * CLOCK_TICKS)
 
 
-def snapshot() -> MachineState:
+def snapshot(repo: Path) -> MachineState:
     return MachineState(started_ticks=boot_ticks_now(), processes=processes(),
                         mounts=mount_points(), cgroups=cgroups(), links=net_links(),
                         nft=nft_tables(), temp=temp_entries(), disk=disk_used(),
-                        kept=tree_bytes(KEPT_CACHES))
+                        kept=tree_bytes(KEPT_CACHES), repo_top=repo_entries(repo),
+                        repo_status=repo_changes(repo))
 
 
 @dataclass
@@ -231,7 +307,8 @@ class MachineWatch:
                 if p.pid in (self.own_pid, self.engine_pid):
                     return True
                 if p.ppid in (0, 1):  # orphaned (or daemonized) during the run
-                    return p.started >= self.before.started_ticks
+                    return (p.started >= self.before.started_ticks
+                            and _suite_kind_of_orphan(p))
                 p = procs.get(p.ppid)
             return bool(self.run_dir and str(self.run_dir) in proc.cmdline)
 
@@ -254,6 +331,8 @@ class MachineWatch:
                  if not g.rsplit("/", 1)[-1].startswith("sandlot-tests-")
                  and g.rsplit("/", 1)[-1] != "sandlot"}
         keys |= {f"temp {t}" for t in temp_entries() - self.before.temp}
+        keys |= {f"in the repository: {e}" for e in repo_entries(self.repo)
+                 - self.before.repo_top}
         return keys
 
     def leftovers(self, grace_sec: float = 30) -> list[str]:
@@ -270,7 +349,7 @@ class MachineWatch:
         found = [f"{k}  (first seen after {self.made_by[k]})" if k in self.made_by else k
                  for k in sorted(keys)]
         found += [f"nftables {t} (host's network namespace)"
-                  for t in sorted(nft_tables() - self.before.nft)]
+                  for t in sorted(nft_tables() - self.before.nft) if not engine_table(t)]
         grown = disk_used() - self.before.disk
         kept = tree_bytes(KEPT_CACHES) - self.before.kept
         scratch = tree_bytes([self.run_dir]) if self.run_dir else 0
@@ -279,5 +358,8 @@ class MachineWatch:
             found.append(f"disk: {left / 2**20:.0f} MB more in use than at the start (kept "
                          f"caches grew {kept / 2**20:.0f} MB and the run's folder holds "
                          f"{scratch / 2**20:.0f} MB, both not counted)")
+        found += [f"repository change: {line}" for line in
+                  sorted(repo_changes(self.repo) - self.before.repo_status)
+                  if f"in the repository: {self.repo / line[3:].split('/')[0]}" not in keys]
         found += unremovable(self.repo)
         return found

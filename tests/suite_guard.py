@@ -37,7 +37,7 @@ def _append(name: str, line: str) -> None:
 
 
 def _check_mode() -> str:
-    return os.environ.get("SANDLOT_TEST_MACHINE_CHECK", "report")
+    return os.environ.get("SANDLOT_TEST_MACHINE_CHECK", "1")
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -45,7 +45,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         return
     engine = os.environ.get("SANDLOT_TEST_ENGINE_PID", "")
     session.config.stash[WATCH_KEY] = MachineWatch(
-        before=snapshot(), own_pid=os.getpid(), run_dir=_run_dir(), repo=REPO,
+        before=snapshot(REPO), own_pid=os.getpid(), run_dir=_run_dir(), repo=REPO,
         engine_pid=int(engine) if engine.isdigit() else None)
 
 

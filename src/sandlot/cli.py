@@ -140,6 +140,34 @@ def sandbox_cleanup(
 
 
 @app.command()
+def clean(
+    cache_dir: Annotated[Path | None, typer.Option(help="sandlot's cache folder.")] = None,
+    keep_images: Annotated[bool, typer.Option(
+        "--keep-images", help="Keep the task images sandlot built in the container engine."
+    )] = False,
+) -> None:
+    """Empty sandlot's cache: installed agents, cached layers, scratch left by killed runs,
+    and (unless --keep-images) the task images sandlot built. Refused while a run uses it."""
+    from sandlot.cache_clean import CacheInUseError, clean_cache
+
+    console = Console(highlight=False)
+    folder = cache_dir or default_cache_dir()
+    try:
+        report = asyncio.run(clean_cache(folder, images=not keep_images))
+    except CacheInUseError as exc:
+        raise _fail(console, str(exc)) from exc
+    console.print(f"removed {report.removed_entries} entries "
+                  f"({report.removed_bytes / 2**20:.0f} MB) from {folder}"
+                  + (f" and {report.engine_items} from the container engine"
+                     if report.engine_items else ""))
+    if report.left:
+        for path in report.left:
+            console.print(f"[red]left:[/] {escape(path)} (something is mounted inside; "
+                          "unmount it, then run `sandlot clean` again)")
+        raise typer.Exit(1)
+
+
+@app.command()
 def run(
     tasks_dir: Annotated[Path, typer.Argument(help="A task folder or a folder of tasks.")],
     agent: Annotated[str, typer.Option(

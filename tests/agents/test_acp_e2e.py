@@ -2,8 +2,8 @@
 CLI in the local sandbox, talking to the scripted model through the gateway.
 
 claude (@agentclientprotocol/claude-agent-acp) and codex (@zed-industries/codex-acp) are
-installed once into a folder kept across test runs ($SANDLOT_TEST_AGENTS_DIR, else
-~/.cache/sandlot-test), like Pi's e2e tests. The last tests need no npm package: an ACP
+installed once into a folder kept across test runs (sandlot's own cache,
+emptied by `sandlot clean`), like Pi's e2e tests. The last tests need no npm package: an ACP
 agent that crashes on start and one that never answers the handshake, through the CLI.
 """
 
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import EXAMPLES, REPO, sandlot_cmd
+from conftest import EXAMPLES, REPO, kept_downloads_dir, sandlot_cmd
 from sandlot.agents.acp_registry import BUILTIN_SPECS
 from sandlot.agents.install import AgentInstallError, install_npm_package
 
@@ -44,8 +44,7 @@ CLAUDE_WRITE_OVER_EXISTING = {"fix-interval-merge", "semver-compare", "service-c
 def agents_cache(cache_dir: Path) -> Path:
     """claude and codex installed once through sandlot's installer into a folder kept
     across runs, linked into the session's sandlot cache so the CLI finds them there."""
-    keep = Path(os.environ.get("SANDLOT_TEST_AGENTS_DIR")
-                or Path.home() / ".cache" / "sandlot-test")
+    keep = kept_downloads_dir()
     for name in INSTALLED_AGENTS:
         spec = BUILTIN_SPECS[name]
         assert spec.npm and spec.version

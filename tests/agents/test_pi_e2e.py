@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import EXAMPLES, REPO, sandlot_cmd
+from conftest import EXAMPLES, REPO, kept_downloads_dir, sandlot_cmd
 from sandlot.agents.install import install_npm_package
 from sandlot.agents.pi import DEFAULT_VERSION, INSTALL_MOUNT, PACKAGE
 
@@ -30,10 +30,9 @@ CHECK_SH = """
 @pytest.fixture(scope="session")
 def pi_cache(cache_dir: Path) -> Path:
     """Pi installed once through sandlot's own installer into a folder kept across test
-    runs ($SANDLOT_TEST_AGENTS_DIR, else ~/.cache/sandlot-test), linked into the session's
+    runs (sandlot's own cache, emptied by `sandlot clean`), linked into the session's
     sandlot cache so the CLI finds it there."""
-    keep = Path(os.environ.get("SANDLOT_TEST_AGENTS_DIR")
-                or Path.home() / ".cache" / "sandlot-test")
+    keep = kept_downloads_dir()
     folder = asyncio.run(install_npm_package(keep, "pi", PACKAGE, DEFAULT_VERSION))
     link = cache_dir / "agents" / "pi" / DEFAULT_VERSION
     link.parent.mkdir(parents=True, exist_ok=True)

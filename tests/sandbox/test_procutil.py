@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from sandlot.sandbox.procutil import CGROUP_JOIN_FAILED, die_with_sandlot
 
 
@@ -76,3 +78,63 @@ def _alive(pid: int) -> bool:
     except (OSError, IndexError):
         return False
     return state != "Z"
+
+
+def test_a_process_in_the_sandbox_that_escaped_every_tie_dies_with_sandlot(tmp_path: Path,
+                                                                            ) -> None:
+    """The orphan race: bwrap's own child arms its death signal only after clone(), so a
+    sandlot killed in between left it running. Whatever runs in a local sandbox is in the
+    holder's PID namespace, which the kernel empties when sandlot dies. A stand-in sandlot
+    puts a process there with no death signal, in its own session, then is SIGKILLed."""
+    if os.geteuid() != 0:
+        pytest.skip("the local sandbox needs root")
+    pid_file = tmp_path / "escaped.pid"
+    code = f"""
+import asyncio, subprocess, time
+from pathlib import Path
+from sandlot.sandbox.base import SandboxSpec
+from sandlot.sandbox.local import LocalSandbox
+
+async def main():
+    box = LocalSandbox(SandboxSpec(name="escape", workdir="/app"),
+                       Path({str(tmp_path / "scratch")!r}))
+    await box.start()
+    holder = box._holder.pid
+    subprocess.Popen(["nsenter", f"--pid=/proc/{{holder}}/ns/pid_for_children",
+                      "setsid", "sleep", "600"],
+                     start_new_session=True)
+    time.sleep(0.3)
+    kids = Path(f"/proc/{{holder}}/task/{{holder}}/children").read_text().split()
+    Path({str(pid_file)!r}).write_text(" ".join(kids))
+    await asyncio.sleep(600)
+
+asyncio.run(main())
+"""
+    sandlot = subprocess.Popen([sys.executable, "-c", code])
+    deadline = time.monotonic() + 30
+    while not (pid_file.exists() and pid_file.read_text().strip()):
+        assert time.monotonic() < deadline and sandlot.poll() is None, "never started"
+        time.sleep(0.05)
+    escaped = _processes_in_pidns_of(int(pid_file.read_text().split()[0]))
+    assert any("sleep" in cmd for cmd in escaped.values()), escaped
+    sandlot.send_signal(signal.SIGKILL)
+    sandlot.wait()
+    deadline = time.monotonic() + 10
+    while any(_alive(pid) for pid in escaped):
+        assert time.monotonic() < deadline, f"outlived their sandlot: {escaped}"
+        time.sleep(0.05)
+
+
+def _processes_in_pidns_of(pid: int) -> dict[int, str]:
+    """Every process (host pid: command line) in the PID namespace of `pid`."""
+    ns = os.readlink(f"/proc/{pid}/ns/pid")
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if os.readlink(entry / "ns/pid") == ns:
+                    found[int(entry.name)] = (entry / "cmdline").read_bytes().replace(
+                        b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+    return found

@@ -12,8 +12,10 @@ import asyncio
 import contextlib
 import errno
 import os
+import shlex
 import shutil
 import signal
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -80,6 +82,32 @@ def _mask_layer(root: Path, masks: list[Path], files: list[Path] = ()) -> None: 
         target.parent.mkdir(parents=True, exist_ok=True)
         if not target.exists():
             target.touch(mode=0o600)
+
+
+#: PID 1 of a sandbox's PID namespace. bwrap's own child arms its death signal only after
+#: the sandbox's setup, so a sandlot (or an exec's launcher) killed in between left it
+#: running with nothing tied to it. Every exec's bwrap therefore starts inside this
+#: namespace: when its PID 1 exits, the kernel kills everything in it, in any state. It
+#: exits when its stdin closes: a pipe only sandlot holds, which the kernel closes when
+#: sandlot dies by any means (and unshare --kill-child SIGKILLs it too). It reaps what is
+#: reparented to it (an exec's sandbox outliving its launcher for a moment), or the
+#: zombies would count against the trial's pids limit.
+_REAPER = (
+    "import os,signal\n"
+    "def reap(*_):\n"
+    "    try:\n"
+    "        while os.waitpid(-1,os.WNOHANG)[0]>0: pass\n"
+    "    except ChildProcessError: pass\n"
+    "signal.signal(signal.SIGCHLD,reap)\n"
+    "reap()\n"
+    "while os.read(0,4096): pass\n"
+)
+
+
+def _reaper_command() -> str:
+    """The shell words that exec the reaper with sandlot's own interpreter (-I -S: no
+    environment, no site packages; it starts in ~10 ms)."""
+    return f"{shlex.quote(sys.executable)} -I -S -c {shlex.quote(_REAPER)}"
 
 
 def _read_lines(path: Path, limit: int = 2_000_000) -> list[str] | None:
@@ -266,15 +294,20 @@ class LocalSandbox:
         opts = f"lowerdir={lower},upperdir={upper},workdir={work}"
         script += (
             f'mount -t overlay overlay -o "{opts}" "{self._merged}" || exit 97; '
-            "ip link set lo up 2>/dev/null; echo ready; exec sleep infinity"
+            # Then the holder becomes PID 1 of the sandbox's PID namespace, where every
+            # exec's bwrap starts (see _REAPER).
+            f"ip link set lo up 2>/dev/null; echo ready; exec {_reaper_command()}"
         )
         self._cgroups = CgroupLimits.create(
             self.spec.name, self.spec.memory_mb, self.spec.cpus, self.spec.pids_max
         )
         self._holder = await asyncio.create_subprocess_exec(
-            *die_with_sandlot(["unshare", "--mount", "--net", "--propagation", "private",
-                               "--", "/bin/sh", "-c", script]),
-            stdin=asyncio.subprocess.PIPE if self._disk else asyncio.subprocess.DEVNULL,
+            # --mount-proc: in the holder's mount namespace /proc shows its PID namespace,
+            # where the execs' bwrap runs (bwrap reads /proc/<its child's pid>).
+            *die_with_sandlot(["unshare", "--mount", "--net", "--pid", "--mount-proc",
+                               "--kill-child", "--propagation", "private", "--",
+                               "/bin/sh", "-c", script]),
+            stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=LAUNCH_ENV,
         )
         assert self._holder.stdout is not None
@@ -349,7 +382,6 @@ class LocalSandbox:
         self._holder.stdin.write(b"go\n")
         with contextlib.suppress(ConnectionError):
             await self._holder.stdin.drain()
-        self._holder.stdin.close()
 
     def disk_full(self) -> bool:
         """Whether the task's disk quota (storage_mb) is used up."""
@@ -390,18 +422,35 @@ class LocalSandbox:
         if self._egress is not None:
             await asyncio.gather(self._egress, return_exceptions=True)
             self._egress = None
-        running = [p for p in (self._slirp, self._holder) if p is not None and p.returncode is None]
-        for proc in running:
+        if self._slirp is not None and self._slirp.returncode is None:
             with contextlib.suppress(ProcessLookupError):
-                proc.kill()
+                self._slirp.kill()
         # Reap both at once: slirp4netns's exit (tearing down its tap) takes tens of ms.
-        await asyncio.gather(*(p.wait() for p in running), return_exceptions=True)
+        await asyncio.gather(*(p.wait() for p in (self._slirp, self._holder) if p is not None),
+                             self._stop_holder(), return_exceptions=True)
         self._slirp = None
         self._holder = None
         if self._cgroups is not None:
             await asyncio.to_thread(self._cgroups.destroy)
             self._cgroups = None
         await asyncio.to_thread(self._remove_scratch)
+
+    async def _stop_holder(self) -> None:
+        """Close the holder's stdin: its PID 1 exits, the kernel kills the namespace, and
+        unshare exits once all of it is gone (so the mounts and the loop disk are
+        released). SIGKILL only if that does not happen in time."""
+        holder = self._holder
+        if holder is None:
+            return
+        if holder.stdin is not None:
+            holder.stdin.close()
+        if holder.returncode is None:
+            try:
+                await asyncio.wait_for(holder.wait(), 10)
+            except TimeoutError:
+                with contextlib.suppress(ProcessLookupError):
+                    holder.kill()
+                await holder.wait()
 
     def _remove_scratch(self) -> None:
         if self._layer_work is not None:
@@ -480,7 +529,11 @@ class LocalSandbox:
                     network: Network) -> list[str]:
         assert self._holder is not None
         pid = self._holder.pid
-        argv = ["nsenter", f"--mount=/proc/{pid}/ns/mnt"]
+        # bwrap starts in the holder's PID namespace (nsenter forks it there) and nests
+        # its own sandbox in it, so whatever an exec starts dies with the holder,
+        # whatever moment sandlot died in.
+        argv = ["nsenter", f"--pid=/proc/{pid}/ns/pid_for_children",
+                f"--mount=/proc/{pid}/ns/mnt"]
         if network in ("loopback", "outbound"):
             argv.append(f"--net=/proc/{pid}/ns/net")
         # /sys/class/net would list the host's interfaces (names, MACs): hide it.

@@ -1,0 +1,88 @@
+"""`sandlot clean`: empty sandlot's cache folder and the task images it built.
+
+The cache holds what is worth keeping between runs: agents installed from npm, layers
+built from task Dockerfiles, and the scratch folders of running trials. Emptying it while
+a run uses it would pull the floor from under that run, so a live owner is refused.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from sandlot.hostguard import remove_tree
+
+
+class CacheInUseError(Exception):
+    """A sandlot process that is still running uses the cache."""
+
+
+@dataclass
+class CleanReport:
+    cache_dir: Path
+    removed_bytes: int = 0
+    removed_entries: int = 0
+    engine_items: int = 0
+    left: tuple[str, ...] = ()
+
+
+def _owner_pid(name: str) -> int | None:
+    """The pid a scratch or work folder is named after (`<pid>-...`, `work-<pid>-...`)."""
+    head = name.lstrip(".").removeprefix("build-").removeprefix("work-").split("-", 1)[0]
+    return int(head) if head.isdigit() else None
+
+
+def live_users(cache_dir: Path) -> list[int]:
+    """Pids of running processes (other than this one) whose folders are in the cache."""
+    candidates: list[Path] = []
+    for folder in (cache_dir / "scratch", cache_dir / "layers"):
+        if not folder.is_dir():
+            continue
+        for entry in folder.iterdir():
+            candidates.append(entry)
+            if folder.name == "layers" and entry.is_dir():
+                candidates += [p for p in entry.iterdir() if p.name.startswith("work-")]
+    pids = {_owner_pid(p.name) for p in candidates}
+    return sorted(p for p in pids if p is not None and p != os.getpid()
+                  and Path(f"/proc/{p}").exists())
+
+
+def _size(path: Path) -> int:
+    total = 0
+    for root, dirs, files in os.walk(path):
+        for name in files + dirs:
+            try:
+                total += os.lstat(os.path.join(root, name)).st_blocks * 512
+            except OSError:
+                continue
+    return total
+
+
+async def clean_cache(cache_dir: Path, *, images: bool = True) -> CleanReport:
+    """Remove everything in `cache_dir` (and, with `images`, the engine's task images).
+
+    Raises: CacheInUseError when a running sandlot uses the cache.
+    """
+    users = live_users(cache_dir)
+    if users:
+        raise CacheInUseError(
+            f"sandlot process(es) {', '.join(map(str, users))} are using {cache_dir}; "
+            "let them finish (or stop them) and run `sandlot clean` again")
+    from sandlot.sandbox.cgroups import sweep_stale
+    from sandlot.sandbox.docker_backend import sweep_docker_leftovers
+
+    report = CleanReport(cache_dir=cache_dir)
+    sweep_stale()
+    left: list[str] = []
+    if cache_dir.is_dir():
+        for entry in sorted(cache_dir.iterdir()):
+            size = _size(entry) if entry.is_dir() and not entry.is_symlink() else 0
+            if remove_tree(entry, ignore_errors=True):
+                report.removed_bytes += size
+                report.removed_entries += 1
+            else:
+                left.append(str(entry))
+    report.left = tuple(left)
+    report.engine_items = await sweep_docker_leftovers(remove_images=images)
+    return report
