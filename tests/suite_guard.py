@@ -84,7 +84,10 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     reruns = {r.nodeid for r in stats.get("rerun", [])}
     failed_at_last = {r.nodeid for r in stats.get("failed", []) + stats.get("error", [])
                       if hasattr(r, "nodeid")}
-    for nodeid in sorted(reruns - failed_at_last):
+    flaky = sorted(reruns - failed_at_last)
+    if flaky:
+        say("")  # ends a line of progress dots
+    for nodeid in flaky:
         say(f"FLAKY: {nodeid} (failed, then passed on its rerun)")
         _append("flaky", nodeid)
     watch = session.config.stash.get(WATCH_KEY, None)
