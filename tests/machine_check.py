@@ -164,6 +164,19 @@ def repo_entries(repo: Path) -> set[str]:
     return set()
 
 
+def git_ignored(repo: Path, paths: set[str]) -> set[str]:
+    """Which of `paths` git ignores (caches such as .pytest_cache: not left behind)."""
+    if not paths:
+        return set()
+    try:
+        out = subprocess.run(["git", "-C", str(repo), "check-ignore", "--stdin"],
+                             input="\n".join(sorted(paths)) + "\n", capture_output=True,
+                             text=True, timeout=60).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return set()
+    return {line.strip() for line in out.splitlines() if line.strip()}
+
+
 def repo_changes(repo: Path) -> set[str]:
     """`git status` lines (untracked files included, ignored ones not)."""
     try:
@@ -331,8 +344,9 @@ class MachineWatch:
                  if not g.rsplit("/", 1)[-1].startswith("sandlot-tests-")
                  and g.rsplit("/", 1)[-1] != "sandlot"}
         keys |= {f"temp {t}" for t in temp_entries() - self.before.temp}
-        keys |= {f"in the repository: {e}" for e in repo_entries(self.repo)
-                 - self.before.repo_top}
+        new_entries = repo_entries(self.repo) - self.before.repo_top
+        new_entries -= git_ignored(self.repo, new_entries)
+        keys |= {f"in the repository: {e}" for e in new_entries}
         return keys
 
     def leftovers(self, grace_sec: float = 30) -> list[str]:
