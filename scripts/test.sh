@@ -114,13 +114,20 @@ cleanup() {
     || echo "sandlot-tests: could not remove $run_dir completely (a mount or an immutable file?)" >&2
 }
 trap cleanup EXIT
+# A signal ends the script through its EXIT trap: whatever the run started is in the run's
+# cgroup, and leave_run_groups kills it (pytest included) before the folder goes.
+trap 'exit 129' HUP
+trap 'exit 130' INT
+trap 'exit 143' TERM
 
 # Runs pytest once under the time limit; prints the tests that were running if it fired.
 run_pytest() {
   local code
   rm -f "$run_dir"/running-*
   set +e
-  timeout --signal=TERM --kill-after=60 "$limit" .venv/bin/python -m pytest "$@"
+  # In the background and waited for, so a signal to this script is handled at once.
+  timeout --signal=TERM --kill-after=60 "$limit" .venv/bin/python -m pytest "$@" &
+  wait "$!"
   code=$?
   set -e
   if [[ $code -eq 124 || $code -eq 137 ]]; then

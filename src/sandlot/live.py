@@ -51,10 +51,13 @@ class TrialLive:
     agent: AgentLive = field(default_factory=AgentLive)
     #: The gateway's live counter for this trial (gateway.usage.LiveUsage) once it exists.
     gateway_usage: Any = None
+    #: Every phase set, in order: a view polling every 0.25 s must not miss a short one.
+    phase_log: list[str] = field(default_factory=list)
 
     def set_phase(self, label: str) -> None:
         self.phase = label
         self.phase_started = time.monotonic()
+        self.phase_log.append(label)
 
     def gateway_tokens(self) -> int | None:
         """Trusted tokens so far plus the estimate of what is streaming now; None if no

@@ -125,6 +125,18 @@ def test_poll_phases_reports_each_change_once(clock):
     assert [p for _, p in tracker.poll_phases()] == ["agent"]
 
 
+def test_a_phase_shorter_than_a_poll_is_reported_and_flushed_at_the_end(clock):
+    tracker = RunTracker(clock=clock)
+    live = live_trial(clock, "a", phase="queued")
+    tracker.trial_started(None, 1, live)
+    live.set_phase("creating sandbox…")
+    live.set_phase("agent")
+    assert [p for _, p in tracker.poll_phases()] == ["creating sandbox…", "agent"]
+    live.set_phase("verifying…")  # and the trial finishes before the next poll
+    assert [p for _, p in tracker.poll_phases(live.name)] == ["verifying…"]
+    assert tracker.poll_phases(live.name) == [] and tracker.poll_phases("other") == []
+
+
 def test_events_and_frames_from_two_threads(clock):
     """Events on one thread, frames on another: no exception, consistent counts."""
     tracker = RunTracker(model="m", n_planned=400, clock=clock)

@@ -16,7 +16,7 @@ from types import TracebackType
 from typing import IO, Any
 
 from sandlot.display.plain import DEFAULT_HEARTBEAT_SEC, TICK_SEC
-from sandlot.display.tracker import Frame, RunTracker, Ticker, TrialRow
+from sandlot.display.tracker import Frame, RunningTrial, RunTracker, Ticker, TrialRow
 from sandlot.live import TrialLive
 from sandlot.models import JobSummary, TrialResult
 
@@ -111,6 +111,8 @@ class JsonEvents:
     def trial_finished(self, result: TrialResult, summary: JobSummary) -> None:
         usage = result.usage or {}
         with self.tracker.lock:
+            for entry, phase in self.tracker.poll_phases(result.trial_name):
+                self._emit_phase(entry, phase)
             self.tracker.trial_finished(result, summary)
             self.emit("trial_finished", trial=result.trial_name, task=result.task,
                       attempt=result.attempt, passed=result.passed, reward=result.reward,
@@ -126,13 +128,16 @@ class JsonEvents:
         self._finished = True
         self.emit("job_finished", summary=summary.model_dump(mode="json"))
 
+    def _emit_phase(self, entry: RunningTrial, phase: str) -> None:
+        self.emit("phase", trial=entry.name, phase=phase,
+                  elapsed_sec=round(self.tracker.clock() - entry.live.started, 3))
+
     # -- the ticker thread ----------------------------------------------------------------
 
     def tick(self) -> None:
         with self.tracker.lock:
             for entry, phase in self.tracker.poll_phases():
-                self.emit("phase", trial=entry.name, phase=phase,
-                          elapsed_sec=round(self.tracker.clock() - entry.live.started, 3))
+                self._emit_phase(entry, phase)
             now = self.tracker.clock()
             due = self.heartbeat_sec > 0 and now >= self._next_heartbeat
             frame = self.tracker.frame(max_rows=None if due else 0)

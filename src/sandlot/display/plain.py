@@ -3,8 +3,8 @@
 Lines: a trial started, changed phase, was retried, finished (reward, tokens, cost); a
 trial stalled or moved again; and every `heartbeat_sec` a heartbeat with the dashboard's
 footer figures. Phase changes, stalls and heartbeats come from a ticker thread polling
-the trials' live counters (a phase shorter than the polling interval may not be
-printed). `quiet` prints nothing.
+the trials' live counters; every phase is printed however short (each trial logs its
+phases, and a trial's last ones are flushed before its result). `quiet` prints nothing.
 """
 
 from __future__ import annotations
@@ -15,7 +15,14 @@ from rich.console import Console
 from rich.markup import escape
 
 from sandlot.display.text import counts_parts, duration_text, footer_parts, progress_parts
-from sandlot.display.tracker import Frame, RunTracker, Ticker, TrialRow, tokens_text
+from sandlot.display.tracker import (
+    Frame,
+    RunningTrial,
+    RunTracker,
+    Ticker,
+    TrialRow,
+    tokens_text,
+)
 from sandlot.live import TrialLive
 from sandlot.models import JobSummary, TrialResult
 
@@ -112,12 +119,19 @@ class LinePrinter:
 
     def trial_finished(self, result: TrialResult, summary: JobSummary) -> None:
         with self.tracker.lock:
+            if not self.quiet:
+                for entry, phase in self.tracker.poll_phases(result.trial_name):
+                    self._print_phase(entry, phase)
             self.tracker.trial_finished(result, summary)
             self._print(f"{describe(result)}  "
                         f"[dim][{summary.n_trials}/{summary.n_trials_planned}][/]")
 
     def job_finished(self, summary: JobSummary) -> None:
         self.tracker.job_finished(summary)
+
+    def _print_phase(self, entry: RunningTrial, phase: str) -> None:
+        label = "agent running" if phase == "agent" else phase
+        self._print(f"[dim]· {escape(entry.name)}: {escape(label)}[/]")
 
     # -- the ticker thread ----------------------------------------------------------------
 
@@ -127,8 +141,7 @@ class LinePrinter:
             return
         with self.tracker.lock:  # keeps these lines in order with the event lines
             for entry, phase in self.tracker.poll_phases():
-                label = "agent running" if phase == "agent" else phase
-                self._print(f"[dim]· {escape(entry.name)}: {escape(label)}[/]")
+                self._print_phase(entry, phase)
             frame = self.tracker.frame(max_rows=0)
             for row in frame.stall_started:
                 self._print(stall_text(row, frame.stall_after_sec))

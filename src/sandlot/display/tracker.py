@@ -95,8 +95,10 @@ class RunningTrial:
     fingerprint: tuple[object, ...] = ()
     moved_at: float = 0.0
     stalled: bool = False
-    #: The phase a poller last reported (phase-change lines).
+    #: The phase a poller last reported (phase-change lines), and how much of the trial's
+    #: phase log it has seen.
     reported_phase: str | None = None
+    reported_count: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,19 +240,29 @@ class RunTracker:
 
     # -- reading (any thread) -------------------------------------------------------------
 
-    def poll_phases(self) -> list[tuple[RunningTrial, str]]:
-        """Running trials whose phase changed since the last poll, with the new phase.
-
-        For line-oriented views; a phase shorter than the polling interval can be missed.
+    def poll_phases(self, trial: str | None = None) -> list[tuple[RunningTrial, str]]:
+        """Every phase the running trials (or the one named `trial`) entered since the last
+        poll, in order, however short (line-oriented views; a view flushes a trial's last
+        phases before it reports the trial finished).
         """
         with self.lock:
-            entries = list(self.running.values())
+            if trial is None:
+                entries = list(self.running.values())
+            else:
+                entries = [e for e in (self.running.get(trial),) if e is not None]
         changes = []
         for entry in entries:
-            phase = entry.live.phase
-            if phase != entry.reported_phase and entry.retry_kind is None:
-                entry.reported_phase = phase
-                changes.append((entry, phase))
+            log = entry.live.phase_log
+            new = log[entry.reported_count:]
+            entry.reported_count = len(log)
+            if not new and entry.reported_phase is None:
+                new = [entry.live.phase]  # never reported: where it is now
+            if entry.retry_kind is not None:
+                continue
+            for phase in new:
+                if phase != entry.reported_phase:
+                    entry.reported_phase = phase
+                    changes.append((entry, phase))
         return changes
 
     def frame(self, max_rows: int | None = None) -> Frame:
