@@ -24,6 +24,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sandlot import hostguard
+
 #: Folders where stray temp files would pile up between runs.
 TEMP_FOLDERS = (Path("/tmp"), Path("/var/tmp"), Path("/dev/shm"))
 #: Caches allowed to grow between runs (downloads worth keeping): images and npm agents.
@@ -66,11 +68,7 @@ def processes() -> dict[int, Proc]:
 
 
 def mount_points() -> set[str]:
-    points = set()
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/self/mountinfo").read_text().splitlines():
-            points.add(line.split()[4])
-    return points
+    return set(hostguard.mount_points())
 
 
 def cgroups() -> set[str]:

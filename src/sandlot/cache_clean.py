@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sandlot.hostguard import remove_tree
+from sandlot.sandbox.local_backend import LocalBackend, folder_owner
 
 
 class CacheInUseError(Exception):
@@ -27,23 +28,9 @@ class CleanReport:
     left: tuple[str, ...] = ()
 
 
-def _owner_pid(name: str) -> int | None:
-    """The pid a scratch or work folder is named after (`<pid>-...`, `work-<pid>-...`)."""
-    head = name.lstrip(".").removeprefix("build-").removeprefix("work-").split("-", 1)[0]
-    return int(head) if head.isdigit() else None
-
-
 def live_users(cache_dir: Path) -> list[int]:
     """Pids of running processes (other than this one) whose folders are in the cache."""
-    candidates: list[Path] = []
-    for folder in (cache_dir / "scratch", cache_dir / "layers"):
-        if not folder.is_dir():
-            continue
-        for entry in folder.iterdir():
-            candidates.append(entry)
-            if folder.name == "layers" and entry.is_dir():
-                candidates += [p for p in entry.iterdir() if p.name.startswith("work-")]
-    pids = {_owner_pid(p.name) for p in candidates}
+    pids = {folder_owner(p.name) for p in LocalBackend(cache_dir).owned_folders()}
     return sorted(p for p in pids if p is not None and p != os.getpid()
                   and Path(f"/proc/{p}").exists())
 

@@ -175,10 +175,7 @@ async def run_job(config: JobConfig, tasks: list[Task], backend: SandboxBackend,
     await _prepare_agent(config, cache_dir, agents)
     root = prepare_job_dir(config)
     for leftover in root.rglob(".*.tmp"):  # a write or a retry archive a kill cut short
-        if leftover.is_dir() and not leftover.is_symlink():
-            remove_tree(leftover, ignore_errors=True)
-        else:
-            leftover.unlink(missing_ok=True)
+        remove_tree(leftover, ignore_errors=True)
     await backend.sweep()
     run = JobRun(config=config, root=root, plans=plan_trials(tasks, config.n_attempts, root))
     pending: list[TrialPlan] = []

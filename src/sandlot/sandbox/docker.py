@@ -676,7 +676,7 @@ class DockerSandbox:
     @override
     async def remove(self, remote: str) -> None:
         """Deleted from the host side, symlinks on the way resolved inside the container."""
-        await self.engine.call(_rm, self.host_path(remote))
+        await self.engine.call(remove_tree, self.host_path(remote))
 
     @override
     async def mkdir(self, remote: str) -> None:
@@ -752,13 +752,6 @@ def _children_of(pid: int) -> set[int]:
         return set()
 
 
-def _rm(path: Path) -> None:
-    if path.is_dir() and not path.is_symlink():
-        remove_tree(path)
-    elif path.exists() or path.is_symlink():
-        path.unlink()
-
-
 def _tar_of(local: Path, name: str) -> Any:
     """A tar (in a temp file) holding `local` as `name`, owned by root."""
     spool = tempfile.TemporaryFile()  # noqa: SIM115 (the caller closes it)
@@ -800,10 +793,7 @@ def _extract_to(spool: Any, local: Path) -> None:
         entries = list(staging.iterdir())
         if len(entries) != 1:
             raise SandboxError(f"unexpected archive from the engine ({len(entries)} entries)")
-        if local.is_dir() and not local.is_symlink():
-            remove_tree(local)
-        elif local.exists() or local.is_symlink():
-            local.unlink()
+        remove_tree(local)
         os.replace(entries[0], local)
     finally:
         remove_tree(staging, ignore_errors=True)

@@ -426,7 +426,7 @@ class LocalSandbox:
             with contextlib.suppress(ProcessLookupError):
                 self._slirp.kill()
         # Reap both at once: slirp4netns's exit (tearing down its tap) takes tens of ms.
-        await asyncio.gather(*(p.wait() for p in (self._slirp, self._holder) if p is not None),
+        await asyncio.gather(*([self._slirp.wait()] if self._slirp is not None else []),
                              self._stop_holder(), return_exceptions=True)
         self._slirp = None
         self._holder = None
@@ -681,7 +681,7 @@ class LocalSandbox:
 
     @override
     async def remove(self, remote: str) -> None:
-        await asyncio.to_thread(self._rm, self.host_path(remote))
+        await asyncio.to_thread(remove_tree, self.host_path(remote))
 
     def _bases(self) -> list[Path]:
         layer = getattr(self, "_layer", None)
@@ -765,18 +765,11 @@ class LocalSandbox:
     async def mkdir(self, remote: str) -> None:
         self.host_path(remote).mkdir(parents=True, exist_ok=True)
 
-    @staticmethod
-    def _rm(path: Path) -> None:
-        if path.is_dir() and not path.is_symlink():
-            remove_tree(path)
-        elif path.exists() or path.is_symlink():
-            path.unlink()
-
     @classmethod
     def _copy(cls, src: Path, dst: Path) -> None:
         if not src.exists() and not src.is_symlink():
             raise SandboxError(f"cannot copy {src}: it does not exist")
-        cls._rm(dst)
+        remove_tree(dst)
         dst.parent.mkdir(parents=True, exist_ok=True)
         if src.is_dir() and not src.is_symlink():
             shutil.copytree(src, dst, symlinks=True)

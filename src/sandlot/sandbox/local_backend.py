@@ -20,9 +20,15 @@ from sandlot.sandbox.local import LocalSandbox
 from sandlot.tasks.dockerfile import parse_dockerfile
 
 
-def _owner_dead(name: str) -> bool:
+def folder_owner(name: str) -> int | None:
+    """The sandlot pid a scratch, build or overlay work folder is named after."""
     owner = name.lstrip(".").removeprefix("build-").removeprefix("work-").split("-", 1)[0]
-    return owner.isdigit() and not Path(f"/proc/{owner}").exists()
+    return int(owner) if owner.isdigit() else None
+
+
+def _owner_dead(name: str) -> bool:
+    owner = folder_owner(name)
+    return owner is not None and not Path(f"/proc/{owner}").exists()
 
 
 class LocalBackend:
@@ -78,18 +84,28 @@ class LocalBackend:
     async def sweep(self) -> int:
         """Remove scratch and build folders and cgroups whose owning sandlot is gone."""
         removed = await asyncio.to_thread(sweep_stale)
-        for folder in (self.scratch_root, self.layers.root):
-            if not folder.is_dir():
-                continue
-            candidates = list(folder.iterdir())
-            candidates += [p for d in folder.iterdir() if d.is_dir() for p in d.iterdir()
-                           if p.name.startswith("work-")] if folder == self.layers.root else []
-            for path in candidates:
-                if path.is_dir() and _owner_dead(path.name) and (
-                        folder == self.scratch_root or path.name.startswith((".build-", "work-"))):
-                    await asyncio.to_thread(remove_tree, path, ignore_errors=True)
-                    removed += 1
+        for path in self.owned_folders():
+            if _owner_dead(path.name):
+                await asyncio.to_thread(remove_tree, path, ignore_errors=True)
+                removed += 1
         return removed
+
+    def owned_folders(self) -> list[Path]:
+        """Scratch folders, unfinished builds and per-sandbox overlay work folders: each
+        named after the sandlot process that uses it (`folder_owner`)."""
+        found: list[Path] = []
+        if self.scratch_root.is_dir():
+            found += [p for p in self.scratch_root.iterdir() if p.is_dir()]
+        if self.layers.root.is_dir():
+            for entry in self.layers.root.iterdir():
+                if not entry.is_dir():
+                    continue
+                if entry.name.startswith(".build-"):
+                    found.append(entry)
+                else:
+                    found += [p for p in entry.iterdir()
+                              if p.is_dir() and p.name.startswith("work-")]
+        return found
 
 
 def check_local_backend() -> None:
