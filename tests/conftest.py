@@ -110,11 +110,11 @@ def run_cli(cache_dir: Path) -> Callable[..., subprocess.CompletedProcess[str]]:
     """Run the real `sandlot` CLI in a subprocess with the shared cache."""
 
     def run(*args: str, timeout: float = 600, env: dict[str, str] | None = None,
-            ) -> subprocess.CompletedProcess[str]:
+            cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
         full_env = {**os.environ, "SANDLOT_CACHE_DIR": str(cache_dir), "COLUMNS": "200",
                     "PYTHONPATH": str(REPO / "tests"), **(env or {})}
         return subprocess.run(sandlot_cmd(*args), capture_output=True, text=True,
-                              timeout=timeout, env=full_env, cwd=REPO)
+                              timeout=timeout, env=full_env, cwd=cwd)
 
     return run
 

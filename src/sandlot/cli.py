@@ -63,6 +63,25 @@ def _print_problems(console: Console, problems: list) -> None:  # type: ignore[t
                       f"{escape(p.message)}\n    [dim]fix:[/] {escape(p.fix)}")
 
 
+def _print_warning_groups(console: Console, warnings: list, limit: int = 10) -> None:  # type: ignore[type-arg]
+    """One line per kind of warning, not per task: a dataset's own key in 500 tasks is
+    one line saying so, while a typo in one task still stands out."""
+    groups: dict[tuple[str, str, str], list] = {}  # type: ignore[type-arg]
+    for p in warnings:
+        key = re.sub(r" \(line \d+\)$", "", p.field or "")
+        groups.setdefault((p.file, key, p.message), []).append(p)
+    for n, ((file, _key, message), items) in enumerate(groups.items()):
+        if n == limit:
+            console.print(f"[yellow]… and {len(groups) - limit} more kinds of warning "
+                          "(see `sandlot tasks check`)[/]")
+            return
+        first = items[0]
+        field = f": {first.field}" if first.field else ""
+        more = f" (and {len(items) - 1} more tasks)" if len(items) > 1 else ""
+        console.print(escape(f"warning: {first.task}/{file}{field}: {message}{more} "
+                             f"(fix: {first.fix})"), style="yellow")
+
+
 @tasks_app.command("check")
 def tasks_check(
     tasks_dir: Annotated[Path, typer.Argument(help="A task folder or a folder of tasks.")],
@@ -248,7 +267,7 @@ def run(
     from sandlot.models import JobConfig
     from sandlot.report.table import end_of_run
     from sandlot.sandbox import create_backend, parse_image_overrides
-    from sandlot.tasks import check_tasks, discover_tasks, load_task
+    from sandlot.tasks import check_tasks, discover_tasks, load_task_or_invalid
     from sandlot.tasks.loader import hash_tree
 
     console = Console(highlight=False, stderr=json_events)  # stdout is for the JSON lines
@@ -268,12 +287,15 @@ def run(
         raise _fail(console, f"no tasks selected in {tasks_dir}: a task is a folder holding "
                     "task.toml (check --include/--exclude)")
     problems = check_tasks(paths, need_solution=agent == "oracle", sandbox=sandbox)
-    errors = [p for p in problems if p.severity == "error"]
-    if errors:
-        _print_problems(console, errors)
-        raise _fail(console, f"{len({p.task for p in errors})} of {len(paths)} tasks are "
-                    "invalid; nothing was run (see `sandlot tasks check`)")
-    tasks = [load_task(p, need_solution=agent == "oracle", sandbox=sandbox) for p in paths]
+    _print_warning_groups(console, [p for p in problems if p.severity == "warning"])
+    tasks = [load_task_or_invalid(p, need_solution=agent == "oracle", sandbox=sandbox)
+             for p in paths]
+    invalid = [t for t in tasks if not t.is_valid]
+    if invalid:
+        _print_problems(console, [p for p in problems if p.severity == "error"])
+        console.print(f"[yellow]{len(invalid)} of {len(tasks)} tasks cannot run: their "
+                      "trials end as task_invalid, the others run (see `sandlot tasks "
+                      "check`)[/]")
     template_text = _read_template(console, repair_template) if repair_template else None
     cache = (cache_dir or default_cache_dir()).resolve()
     jobs_root = jobs_dir.resolve()

@@ -12,6 +12,9 @@ from enum import StrEnum
 class ErrorKind(StrEnum):
     """What went wrong in a trial. Infra kinds are retried; the rest are the agent's result."""
 
+    #: The task folder cannot run (a missing file, a bad task.toml, a COPY of nothing): the
+    #: task's own fault, found before any sandbox starts; other tasks of the job still run.
+    TASK_INVALID = "task_invalid"
     SANDBOX_SETUP_FAILED = "sandbox_setup_failed"
     BUILD_FAILED = "build_failed"
     BUILD_TIMEOUT = "build_timeout"

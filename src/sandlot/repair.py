@@ -19,14 +19,11 @@ from sandlot.feedback import DEFAULT_TEMPLATE, render_feedback
 from sandlot.tasks.loader import Task
 from sandlot.verify import Verifier
 
-TASK_TEMPLATE_KEY = "repair_feedback_template"
-
 
 def feedback_template(task: Task, run_template: str | None) -> str:
     """The task's own template ([agent] repair_feedback_template) wins, then the run's."""
-    extra = task.config.agent.model_extra or {}
-    own = extra.get(TASK_TEMPLATE_KEY)
-    return str(own) if own else (run_template or DEFAULT_TEMPLATE)
+    own = task.config.agent.repair_feedback_template
+    return own if own else (run_template or DEFAULT_TEMPLATE)
 
 
 @dataclass

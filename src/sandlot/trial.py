@@ -100,7 +100,7 @@ class _Phase:
 
 def _agent_network(task: Task, settings: TrialSettings, uses_gateway: bool) -> Network:
     """public: NAT out; otherwise nothing, or the sandbox loopback where the gateway is."""
-    choice = settings.agent_network or task.config.environment.network_mode
+    choice = settings.agent_network or task.config.network_mode
     if choice == "public":
         return "outbound"
     return "loopback" if uses_gateway else "none"
@@ -145,6 +145,9 @@ async def run_trial(plan: TrialPlan, settings: TrialSettings, backend: SandboxBa
         clock.log(f"error {exc.kind}: {exc.message}")
 
     try:
+        if task.problems:
+            raise TrialError(ErrorKind.TASK_INVALID, "the task cannot run: "
+                             + "; ".join(task.problems), "setup")
         with clock.phase("setup"):
             live.set_phase("creating sandbox…")
             spec = SandboxSpec(name=plan.name, workdir=task.workdir, env=task.env,

@@ -235,17 +235,23 @@ def test_a_job_name_must_be_one_plain_folder_name(tasks, tmp_path, record, name)
 @needs_root_sandbox
 @pytest.mark.e2e
 def test_odd_instructions_run_or_are_refused_with_a_message(cache_dir, tmp_path, record):
-    """Refused before anything runs: not UTF-8, empty. Run to the end: huge, NUL bytes."""
+    """Listed up front and recorded as task_invalid without reaching the model: not UTF-8,
+    empty. Run to the end: huge, NUL bytes."""
     refused = tmp_path / "refused"
     write_task(refused, "binary").joinpath("instruction.md").write_bytes(b"\xff\xfe\x00bin")
     write_task(refused, "empty").joinpath("instruction.md").write_text("  \n")
     proc = run_sandlot(cache_dir, "run", str(refused), "--agent", "builtin",
-                       "--model", "scripted/hello", "--jobs-dir", str(tmp_path / "jobs"))
+                       "--model", "scripted/hello", "--jobs-dir", str(tmp_path / "jobs"),
+                       "--job-name", "refused")
     record.attempt("run tasks with a binary / empty instruction.md",
-                   proc.returncode == 2 and "Traceback" not in proc.stdout + proc.stderr)
-    assert proc.returncode == 2, proc.stdout + proc.stderr
+                   proc.returncode == 0 and "Traceback" not in proc.stdout + proc.stderr)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "binary/instruction.md" in proc.stdout and "empty/instruction.md" in proc.stdout
-    assert not (tmp_path / "jobs").exists()
+    for name in ("binary", "empty"):
+        result = load(tmp_path / "jobs" / "refused" / f"{name}__1" / "result.json")
+        assert result["error"]["kind"] == "task_invalid", result
+        assert f"{name}/instruction.md" in result["error"]["message"]
+        assert not result.get("usage")  # no model request was made
 
     odd = tmp_path / "odd"
     write_task(odd, "huge").joinpath("instruction.md").write_text("Do it. " * 700_000)

@@ -252,7 +252,7 @@ def test_permission_requests_follow_the_policy(env, run, policy, answer):
 
 
 def test_reject_without_a_reject_option_cancels_and_a_task_policy_wins(env, run):
-    env["task"].config.agent.__pydantic_extra__["acp_permission"] = "reject"
+    env["task"].config.agent.acp_permission = "reject"
     agent = _agent()
     agent.permission = "allow"  # the run says allow; the task says reject
     (result,) = run(_session(env, agent, [{"do": "permission", "options": [

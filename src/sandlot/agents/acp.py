@@ -166,8 +166,7 @@ class AcpAgent:
                 "home": f"{HOME_ROOT}/{self.spec.name}", "workdir": ctx.task.workdir}
 
     def _permission(self, ctx: AgentContext) -> str:
-        extra = ctx.task.config.agent.model_extra or {}
-        task_policy = extra.get(TASK_PERMISSION_KEY)
+        task_policy = ctx.task.config.agent.acp_permission
         if task_policy is not None:
             if task_policy not in PERMISSION_POLICIES:
                 raise TrialError(ErrorKind.AGENT_ERROR, f"task.toml [agent] "

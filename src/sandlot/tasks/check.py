@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import tomllib
 from dataclasses import dataclass
@@ -12,8 +11,9 @@ from typing import Literal
 
 from pydantic import ValidationError
 
-from sandlot.tasks.config import TaskConfig
+from sandlot.tasks.config import TaskConfig, unknown_keys
 from sandlot.tasks.dockerfile import USE_CONTAINER, CopyStep, parse_dockerfile
+from sandlot.tasks.naming import task_name
 
 #: Backends that build the task's image themselves: compose files and every Dockerfile
 #: feature are theirs to honour (the engine reports what it cannot build).
@@ -142,10 +142,10 @@ def _check_toml(task: str, path: Path) -> list[Problem]:
         return [Problem(task, "task.toml", field, f"invalid TOML: {exc}",
                         "fix the TOML syntax at that line "
                         "(quote strings, one key = value per line)")]
+    problems = [_unknown_key(task, text, path, close) for path, close in unknown_keys(data)]
     try:
         TaskConfig.model_validate(data)
     except ValidationError as exc:
-        problems = []
         for err in exc.errors():
             loc = tuple(err["loc"])
             field = ".".join(str(x) for x in loc)
@@ -154,8 +154,24 @@ def _check_toml(task: str, path: Path) -> list[Problem]:
             problems.append(Problem(task, "task.toml", where,
                                     f"{err['msg']}, got {err.get('input')!r}",
                                     _fix_for(dict(err), field)))
-        return problems
-    return []
+    return problems
+
+
+def _unknown_key(task: str, text: str, path: str, close: str | None) -> Problem:
+    """A key the schema does not define: kept (datasets add their own), but a typo of a
+    known key would silently do nothing, so say which one it looks like."""
+    loc = tuple(part.split("[")[0] for part in path.split("."))
+    # A key inside an array of tables has no line of its own: name its array's line.
+    line = next((n for end in range(len(loc), 0, -1) if (n := _key_line(text, loc[:end]))),
+                None)
+    where = f"{path} (line {line})" if line else path
+    if close:
+        return Problem(task, "task.toml", where, f"unknown key; did you mean {close}?",
+                       f"rename it to {close}, or ignore this if it is your dataset's own key",
+                       "warning")
+    return Problem(task, "task.toml", where, "unknown key (not in Harbor's task.toml schema "
+                   "1.4); sandlot ignores it", "remove it, or ignore this if it is your "
+                   "dataset's own key", "warning")
 
 
 def _check_dockerfile(task: str, env_dir: Path, sandbox: str = "local") -> list[Problem]:
@@ -222,7 +238,7 @@ def check_task(path: Path, *, need_solution: bool = True, sandbox: str = "local"
     The local sandbox refuses docker-compose tasks and the Dockerfile features it cannot
     replay; a container backend (--sandbox docker) accepts them.
     """
-    task = path.name
+    task = task_name(path)
     toml_path = path / "task.toml"
     if not toml_path.is_file():
         return [Problem(task, "task.toml", None, "missing", "create task.toml (see docs/tasks.md)")]
@@ -242,9 +258,6 @@ def check_task(path: Path, *, need_solution: bool = True, sandbox: str = "local"
     if not test_sh.is_file():
         problems.append(Problem(task, "tests/test.sh", None, "missing",
                                 "add tests/test.sh that writes /logs/verifier/reward.txt"))
-    elif not os.access(test_sh, os.X_OK):
-        problems.append(Problem(task, "tests/test.sh", None, "not executable",
-                                f"chmod +x {test_sh}"))
     solve_sh = path / "solution" / "solve.sh"
     if not solve_sh.is_file():
         problems.append(Problem(task, "solution/solve.sh", None, "missing",

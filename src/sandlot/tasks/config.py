@@ -1,11 +1,18 @@
-"""task.toml as a pydantic model. Unknown keys are kept: datasets add their own freely."""
+"""task.toml (Harbor schema 1.4) as pydantic models: the one place that knows the schema.
+
+Every key Harbor 0.26 defines is a field here, so a key that is not is a typo or a
+dataset's own addition: it is kept (`model_extra`) and reported as a warning naming the
+closest known key (`unknown_keys`). Whether sandlot honours a field is decided elsewhere
+(tasks.check); this module only says what the file means.
+"""
 
 from __future__ import annotations
 
 import datetime as dt
+import difflib
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 from pydantic_core import PydanticCustomError
 
 DEFAULT_TIMEOUT_SEC = 600.0
@@ -30,23 +37,63 @@ def _version_str(value: object) -> object:
     return value
 
 
+def _network_mode(value: object) -> object:
+    """Harbor spells no network `no-network`; sandlot's older files say `none`."""
+    return "none" if value == "no-network" else value
+
+
 #: A finite number > 0 (not a boolean, not inf/nan).
 PositiveFloat = Annotated[float, BeforeValidator(_not_a_bool),
                           Field(gt=0, allow_inf_nan=False)]
 PositiveInt = Annotated[int, BeforeValidator(_not_a_bool), Field(gt=0)]
+NonNegativeFloat = Annotated[float, BeforeValidator(_not_a_bool),
+                             Field(ge=0, allow_inf_nan=False)]
+VersionText = Annotated[str | None, BeforeValidator(_version_str)]
+NetworkMode = Annotated[Literal["none", "public", "allowlist"], BeforeValidator(_network_mode)]
+#: A user name or a numeric uid, as Docker's `--user` takes it.
+UserSpec = Annotated[str | int, BeforeValidator(_not_a_bool)]
 
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="allow", coerce_numbers_to_str=True)
 
 
+class HealthcheckSection(_Section):
+    """Docker HEALTHCHECK's options: polled after the environment starts."""
+
+    command: str
+    interval_sec: PositiveFloat = 5.0
+    timeout_sec: PositiveFloat = 30.0
+    start_period_sec: NonNegativeFloat = 0.0
+    start_interval_sec: PositiveFloat = 5.0
+    retries: PositiveInt = 3
+
+
+class TpuSection(_Section):
+    type: str
+    topology: str
+
+
+class McpServerSection(_Section):
+    """An MCP server the task offers its agent."""
+
+    name: str
+    transport: Literal["stdio", "sse", "streamable-http", "http"] = "sse"
+    url: str | None = None
+    command: str | None = None
+    args: list[str] = Field(default_factory=list)
+    headers: dict[str, str] = Field(default_factory=dict)
+
+
 class AgentSection(_Section):
     timeout_sec: PositiveFloat = DEFAULT_TIMEOUT_SEC
-
-
-class VerifierSection(_Section):
-    timeout_sec: PositiveFloat = DEFAULT_TIMEOUT_SEC
-    env: dict[str, str] = Field(default_factory=dict)
+    user: UserSpec | None = None
+    network_mode: NetworkMode | None = None
+    allowed_hosts: list[str] | None = None
+    #: sandlot's own: the feedback an agent gets between repair attempts.
+    repair_feedback_template: str | None = None
+    #: sandlot's own: the ACP permission policy for this task.
+    acp_permission: str | None = None
 
 
 class EnvironmentSection(_Section):
@@ -54,23 +101,168 @@ class EnvironmentSection(_Section):
     memory_mb: PositiveInt | None = None
     #: Disk quota for what the sandbox writes (Harbor's field; enforced by the local backend).
     storage_mb: Annotated[int, Field(ge=16)] | None = None
-    network_mode: Literal["none", "public"] = "none"
+    #: `None` when the file does not say; the trial decides what that means.
+    network_mode: NetworkMode | None = None
+    allowed_hosts: list[str] | None = None
+    #: The older switch for the same thing (Harbor reads it when network_mode is unset).
+    allow_internet: bool | None = None
     build_timeout_sec: PositiveFloat = DEFAULT_TIMEOUT_SEC
     env: dict[str, str] = Field(default_factory=dict)
     workdir: str | None = None
+    docker_image: str | None = None
+    os: Annotated[Literal["linux", "windows"],
+                  BeforeValidator(lambda v: v.lower() if isinstance(v, str) else v)] = "linux"
+    gpus: Annotated[int, BeforeValidator(_not_a_bool), Field(ge=0)] | None = None
+    gpu_types: list[str] | None = None
+    tpu: TpuSection | None = None
+    mcp_servers: list[McpServerSection] = Field(default_factory=list)
+    skills_dir: str | None = None
+    healthcheck: HealthcheckSection | None = None
+    #: Deprecated spellings of memory_mb / storage_mb ("2G", "512M").
+    memory: str | None = None
+    storage: str | None = None
+
+
+class VerifierCollectSection(_Section):
+    command: str
+    service: str = "main"
+    timeout_sec: PositiveFloat = 60.0
+    user: UserSpec | None = None
+
+
+class VerifierSection(_Section):
+    timeout_sec: PositiveFloat = DEFAULT_TIMEOUT_SEC
+    env: dict[str, str] = Field(default_factory=dict)
+    user: UserSpec | None = None
+    network_mode: NetworkMode | None = None
+    allowed_hosts: list[str] | None = None
+    environment_mode: Literal["shared", "separate"] | None = None
+    environment: EnvironmentSection | None = None
+    collect: list[VerifierCollectSection] = Field(default_factory=list)
 
 
 class SolutionSection(_Section):
     env: dict[str, str] = Field(default_factory=dict)
 
 
+class ArtifactSection(_Section):
+    source: str
+    destination: str | None = None
+    exclude: list[str] = Field(default_factory=list)
+    service: str | None = None
+
+
+class StepSection(_Section):
+    name: str
+    agent: AgentSection = Field(default_factory=AgentSection)
+    verifier: VerifierSection = Field(default_factory=VerifierSection)
+    min_reward: float | dict[str, float] | None = None
+    healthcheck: HealthcheckSection | None = None
+    artifacts: list[str | ArtifactSection] = Field(default_factory=list)
+
+
+class AuthorSection(_Section):
+    name: str
+    email: str | None = None
+
+
+class PackageSection(_Section):
+    """[task]: the package's registry identity."""
+
+    name: str
+    version: VersionText = None
+    description: str = ""
+    authors: list[AuthorSection] = Field(default_factory=list)
+    keywords: list[str] = Field(default_factory=list)
+
+
 class TaskConfig(_Section):
     """The whole task.toml."""
 
-    #: Any TOML scalar but a boolean (a string, a number, a date), kept as text.
-    version: Annotated[str | None, BeforeValidator(_version_str)] = None
+    #: Any TOML scalar but a boolean (a string, a number, a date), kept as text. Harbor
+    #: renamed it `schema_version`; both are read.
+    version: VersionText = None
+    schema_version: VersionText = None
+    task: PackageSection | None = None
+    source: str | None = None
     metadata: dict[str, object] = Field(default_factory=dict)
     agent: AgentSection = Field(default_factory=AgentSection)
     verifier: VerifierSection = Field(default_factory=VerifierSection)
     environment: EnvironmentSection = Field(default_factory=EnvironmentSection)
     solution: SolutionSection = Field(default_factory=SolutionSection)
+    multi_step_reward_strategy: Literal["mean", "final"] | None = None
+    steps: list[StepSection] | None = None
+    artifacts: list[str | ArtifactSection] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _legacy_sizes(self) -> TaskConfig:
+        """`memory = "2G"` / `storage = "512M"` (older files) fill memory_mb / storage_mb."""
+        env = self.environment
+        for old, new in (("memory", "memory_mb"), ("storage", "storage_mb")):
+            text = getattr(env, old)
+            if text is not None and getattr(env, new) is None:
+                setattr(env, new, parse_size_mb(text, f"environment.{old}"))
+        return self
+
+    @property
+    def network_mode(self) -> Literal["none", "public", "allowlist"]:
+        """The environment's network: network_mode, else allow_internet, else none."""
+        env = self.environment
+        if env.network_mode is not None:
+            return env.network_mode
+        if env.allow_internet is not None:
+            return "public" if env.allow_internet else "none"
+        return "none"
+
+
+def parse_size_mb(text: str, field: str) -> int:
+    """"2G" -> 2048, "512M" -> 512, "1024K" -> 1 (Harbor's rule for the old fields)."""
+    units = {"G": 1024.0, "M": 1.0, "K": 1 / 1024}
+    cleaned = text.strip().upper()
+    try:
+        return int(float(cleaned[:-1]) * units[cleaned[-1:]])
+    except (KeyError, ValueError):
+        raise PydanticCustomError(
+            "size_format", "{field} must be a size like '2G' or '512M', got {text!r}",
+            {"field": field, "text": text}) from None
+
+
+def unknown_keys(data: dict[str, object]) -> list[tuple[str, str | None]]:
+    """Every key of the raw TOML that the schema does not define, as (dotted path,
+    closest known key or None). Free-form tables (metadata, env, headers) are not read."""
+    out: list[tuple[str, str | None]] = []
+    _walk(TaskConfig, data, (), out)
+    return out
+
+
+_FREE_FORM = frozenset({"metadata", "env", "headers"})
+
+
+def _walk(model: type[BaseModel], data: object, where: tuple[str, ...],
+          out: list[tuple[str, str | None]]) -> None:
+    if not isinstance(data, dict):
+        return
+    known = list(model.model_fields)
+    for key, value in data.items():
+        path = (*where, str(key))
+        if key not in model.model_fields:
+            close = difflib.get_close_matches(str(key), known, n=1, cutoff=0.6)
+            out.append((".".join(path), ".".join((*where, close[0])) if close else None))
+            continue
+        if key in _FREE_FORM:
+            continue
+        for sub in _section_types(model.model_fields[key].annotation):
+            items = value if isinstance(value, list) else [value]
+            for i, item in enumerate(items):
+                index = (f"{key}[{i}]",) if isinstance(value, list) else (str(key),)
+                _walk(sub, item, (*where, *index), out)
+
+
+def _section_types(annotation: object) -> list[type[BaseModel]]:
+    """The section models inside a field's type (`X | None`, `list[str | X]`)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    found: list[type[BaseModel]] = []
+    for arg in getattr(annotation, "__args__", ()):
+        found.extend(_section_types(arg))
+    return found

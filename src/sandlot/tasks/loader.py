@@ -12,6 +12,7 @@ from pathlib import Path
 from sandlot.errors import TaskLoadError
 from sandlot.tasks.config import TaskConfig
 from sandlot.tasks.dockerfile import DockerfilePlan, parse_dockerfile
+from sandlot.tasks.naming import task_name
 
 DEFAULT_WORKDIR = "/app"
 
@@ -24,6 +25,14 @@ class Task:
     instruction: str
     dockerfile: DockerfilePlan | None
     digest: str
+    #: Why this task cannot run (each names file, field and fix); empty for a valid task.
+    #: An invalid task still gets its trials, which end as `task_invalid` without starting
+    #: a sandbox, so one bad task never stops the others.
+    problems: tuple[str, ...] = ()
+
+    @property
+    def is_valid(self) -> bool:
+        return not self.problems
 
     @property
     def environment_dir(self) -> Path:
@@ -88,13 +97,28 @@ def load_task(path: Path, *, need_solution: bool = True, sandbox: str = "local")
     plan = (parse_dockerfile(dockerfile_path.read_text(encoding="utf-8"))
             if dockerfile_path.exists() else None)
     return Task(
-        name=path.name,
+        name=task_name(path),
         path=path.resolve(),
         config=config,
         instruction=(path / "instruction.md").read_text(encoding="utf-8"),
         dockerfile=plan,
         digest=hash_tree(path / "environment"),
     )
+
+
+def load_task_or_invalid(path: Path, *, need_solution: bool = True,
+                         sandbox: str = "local") -> Task:
+    """The task, or a stand-in that carries its problems (see `Task.problems`)."""
+    try:
+        return load_task(path, need_solution=need_solution, sandbox=sandbox)
+    except TaskLoadError as exc:
+        problems = tuple(str(p) for p in exc.problems)
+    try:
+        digest = hash_tree(path / "environment")
+    except OSError:  # an unreadable file: the digest only keys caches and resumes
+        digest = ""
+    return Task(name=task_name(path), path=path.resolve(), config=TaskConfig(),
+                instruction="", dockerfile=None, digest=digest, problems=problems)
 
 
 def discover_tasks(
@@ -109,9 +133,10 @@ def discover_tasks(
     else:
         found = sorted(p.parent for p in root.glob("*/task.toml"))
     if include:
-        found = [p for p in found if any(fnmatch.fnmatch(p.name, g) for g in include)]
+        found = [p for p in found if any(fnmatch.fnmatch(task_name(p), g) for g in include)]
     if exclude:
-        found = [p for p in found if not any(fnmatch.fnmatch(p.name, g) for g in exclude)]
+        found = [p for p in found
+                 if not any(fnmatch.fnmatch(task_name(p), g) for g in exclude)]
     if n_tasks is not None:
         found = found[:n_tasks]
     return found
