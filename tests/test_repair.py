@@ -105,3 +105,24 @@ def test_filter_output_hides_test_and_solution_lines(tmp_path):
     assert "FAILED test_x.py::test_x" in shown and "E       AssertionError: math" in shown
     long = filter_output("x\n" * 10_000, [tests], limit=100)
     assert long.startswith("[…earlier output trimmed…]") and len(long) < 200
+
+
+def test_repairs_run_the_agent_and_the_verifier_as_the_users_the_task_names(run_cli,
+                                                                             make_task,
+                                                                             tmp_path):
+    """The feedback run between attempts is the verifier's: it runs as [verifier] user
+    (here root), not as the agent's user, and the agent's files stay the agent's."""
+    make_task("answer", files={"tests/check.py": CHECK_PY},
+              task_toml='[agent]\ntimeout_sec = 60\nuser = "agent"\n',
+              dockerfile="FROM debian:bookworm-slim\nWORKDIR /app\nRUN chmod 1777 /app\n",
+              test_sh="""
+        [ "$(id -u)" = 0 ] || { echo "verifier is $(id -un)"; exit 1; }
+        [ "$(stat -c %U /app/answer.txt)" = agent ] || { echo "not the agent's"; exit 1; }
+        if python3 /tests/check.py; then echo 1 > /logs/verifier/reward.txt
+        else echo 0 > /logs/verifier/reward.txt; fi
+    """)
+    proc = _run(run_cli, tmp_path, "--repair-attempts", "1")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    result = json.loads((tmp_path / "jobs" / "r" / "answer__1" / "result.json").read_text())
+    assert result["passed"] and result["repaired"], result
+    assert result["attempts"][0]["evaluation"]["reward"] == 0.0

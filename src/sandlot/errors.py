@@ -16,6 +16,9 @@ class ErrorKind(StrEnum):
     #: task's own fault, found before any sandbox starts; other tasks of the job still run.
     TASK_INVALID = "task_invalid"
     SANDBOX_SETUP_FAILED = "sandbox_setup_failed"
+    #: The task's environment does not come up as the task says it should (its users
+    #: cannot be made, its healthcheck never passes): the task's fault, not retried.
+    ENVIRONMENT_ERROR = "environment_error"
     BUILD_FAILED = "build_failed"
     BUILD_TIMEOUT = "build_timeout"
     AGENT_TIMEOUT = "agent_timeout"

@@ -16,6 +16,7 @@ from pathlib import Path
 from sandlot.agents.base import AgentContext, AgentOutcome, ConversationalAgent
 from sandlot.errors import ErrorKind, SandboxDiskFull, TrialError
 from sandlot.feedback import DEFAULT_TEMPLATE, render_feedback
+from sandlot.sandbox.users import as_root
 from sandlot.tasks.loader import Task
 from sandlot.verify import Verifier
 
@@ -58,7 +59,7 @@ async def run_with_repairs(agent: ConversationalAgent, ctx: AgentContext, first:
         if on_phase:
             on_phase(f"checking {number - 1}/{total}…")
         try:
-            verdict = await verifier.verify(ctx.sandbox, ctx.task,
+            verdict = await verifier.verify(as_root(ctx.sandbox), ctx.task,
                                             out_dir / f"attempt-{number - 1}",
                                             settings.verify_timeout_sec,
                                             network=ctx.network, feedback=True)

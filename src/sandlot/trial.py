@@ -28,6 +28,7 @@ from sandlot.models import ErrorInfo, TrialResult, utc_now
 from sandlot.redact import redact_text, redact_tree
 from sandlot.repair import RepairFailed, RepairSettings, feedback_template, run_with_repairs
 from sandlot.sandbox.base import EnvironmentRequest, Network, Sandbox, SandboxBackend, SandboxSpec
+from sandlot.sandbox.users import as_user, ensure_users
 from sandlot.tasks.loader import Task
 from sandlot.verify import Verifier
 
@@ -166,6 +167,7 @@ async def run_trial(plan: TrialPlan, settings: TrialSettings, backend: SandboxBa
                 await sandbox.mkdir("/logs/verifier")
             except SandboxError as exc:
                 raise TrialError(ErrorKind.SANDBOX_SETUP_FAILED, str(exc), "setup") from exc
+            await _prepare_users(sandbox, task, clock)
             session = await _open_gateway(settings, plan, sandbox, agent)
             access = None
             if session is not None:
@@ -176,7 +178,8 @@ async def run_trial(plan: TrialPlan, settings: TrialSettings, backend: SandboxBa
                                       if session.sandbox_port else None),
                     host_base_url=gw.host_base_url, api_key=session.key,
                     model=settings.model or "", usage=session.usage)
-            ctx = AgentContext(task=task, sandbox=sandbox,
+            ctx = AgentContext(task=task, sandbox=as_user(sandbox, task.agent_user),
+                               user=task.agent_user,
                                timeout_sec=task.config.agent.timeout_sec * mult,
                                network=_agent_network(task, settings, session is not None),
                                logs_dir=plan.dir / "agent", model=settings.model,
@@ -283,6 +286,18 @@ async def run_trial(plan: TrialPlan, settings: TrialSettings, backend: SandboxBa
     if cancelled is not None:
         raise cancelled
     return result
+
+
+async def _prepare_users(sandbox: Sandbox, task: Task, clock: _PhaseClock) -> None:
+    """The task's users exist, and /logs/agent is the agent's own (as Harbor makes it)."""
+    users = sorted({u for u in (task.agent_user, task.verifier_user) if u is not None})
+    for line in await ensure_users(sandbox, users):
+        clock.log(line)
+    if task.agent_user is not None:
+        result = await sandbox.exec(["chown", task.agent_user, "/logs/agent"], timeout_sec=60)
+        if result.exit_code != 0:
+            raise TrialError(ErrorKind.ENVIRONMENT_ERROR, f"cannot give /logs/agent to user "
+                             f"{task.agent_user}: {result.stderr.strip()[-300:]}", "setup")
 
 
 async def _record_workspace_diff(sandbox: Any, workdir: str, out_dir: Path,

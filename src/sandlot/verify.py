@@ -151,11 +151,14 @@ class ScriptVerifier:
         # Anything the agent left under /logs/verifier is discarded: only test.sh writes it.
         await sandbox.remove(VERIFIER_LOGS)
         await sandbox.mkdir(VERIFIER_LOGS)
+        user = task.verifier_user
+        if user is not None:  # test.sh runs as that user and must write its reward
+            await sandbox.exec(["chown", user, VERIFIER_LOGS], timeout_sec=60)
         await sandbox.remove(TESTS_MOUNT)
         await sandbox.upload(task.tests_dir, TESTS_MOUNT)
         result = await sandbox.exec(
             ["bash", f"{TESTS_MOUNT}/test.sh"], timeout_sec=timeout_sec,
-            env={**task.config.verifier.env}, network=network,
+            env={**task.config.verifier.env}, network=network, user=user,
         )
         out_dir.mkdir(parents=True, exist_ok=True)
         write_atomic(out_dir / "test_stdout.txt", result.stdout)

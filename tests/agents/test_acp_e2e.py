@@ -162,6 +162,27 @@ def test_claude_reports_usage_that_matches_the_gateway(example_trial):
     assert result["agent_info"]["session"]["permission_requests"] >= 1  # auto-approved
 
 
+AS_USER_TOML = '[agent]\ntimeout_sec = 120\nuser = "agent"\n'
+AS_USER_DOCKERFILE = "FROM debian:bookworm-slim\nWORKDIR /app\nRUN chmod 1777 /app\n"
+
+
+@pytest.mark.parametrize("agent", REAL_AGENTS)
+def test_an_acp_agent_runs_as_the_user_the_task_names(agent, agents_cache, make_task,
+                                                      tmp_path):
+    """[agent] user = "agent": the agent process and its terminal commands run as that
+    user; its home folder was handed over to it."""
+    _answer_task(make_task, "as-user", task_toml=AS_USER_TOML, dockerfile=AS_USER_DOCKERFILE)
+    proc = _run(agents_cache, tmp_path / "tasks", tmp_path / "jobs", agent,
+                "scripted/acp-as-user")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    trial = tmp_path / "jobs" / "j" / "as-user__1"
+    result = _result(trial)
+    assert result["passed"], result
+    diff = (trial / "agent" / "workspace.diff").read_text()
+    assert "+agent" in diff, diff
+    assert not _agent_processes(agent)
+
+
 @pytest.mark.parametrize("agent", REAL_AGENTS)
 def test_a_failed_first_attempt_is_repaired_in_the_same_acp_session(agent, agents_cache,
                                                                      make_task, tmp_path):

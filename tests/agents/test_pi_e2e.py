@@ -126,6 +126,24 @@ def test_token_counts_match_the_gateway_and_pi_self_report_sits_beside_them(
         assert reported[key] == usage[key], key
 
 
+AS_USER_TOML = '[agent]\ntimeout_sec = 120\nuser = "agent"\n'
+AS_USER_DOCKERFILE = "FROM debian:bookworm-slim\nWORKDIR /app\nRUN chmod 1777 /app\n"
+
+
+def test_pi_runs_as_the_user_the_task_names(pi_cache, make_task, tmp_path):
+    """[agent] user = "agent" (not in the image: sandlot adds it): Pi and its commands run
+    as that user, with its HOME; its config folder was handed over to it."""
+    _answer_task(make_task, "as-user", task_toml=AS_USER_TOML, dockerfile=AS_USER_DOCKERFILE)
+    proc = _pi_run(pi_cache, tmp_path / "tasks", tmp_path / "jobs", "scripted/pi-as-user")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    trial = tmp_path / "jobs" / "j" / "as-user__1"
+    result = json.loads((trial / "result.json").read_text())
+    assert result["passed"], result
+    diff = (trial / "agent" / "workspace.diff").read_text()
+    assert "+agent" in diff and "+/home/agent" in diff, diff
+    assert "added user agent" in (trial / "trial.log").read_text()
+
+
 def test_a_failed_first_attempt_is_repaired_through_pi(pi_cache, make_task, tmp_path):
     _answer_task(make_task, "answer")
     proc = _pi_run(pi_cache, tmp_path / "tasks", tmp_path / "jobs", "scripted/pi-repair",

@@ -17,6 +17,7 @@ import contextlib
 import gc
 import json
 import os
+import re
 import secrets
 import shutil
 import socket
@@ -34,6 +35,7 @@ from sandlot.errors import ErrorKind, SandboxDiskFull, SandboxError, TrialError
 from sandlot.sandbox.base import EnvironmentRequest, Sandbox, SandboxBackend, SandboxSpec
 from sandlot.sandbox.local import LocalSandbox
 from sandlot.sandbox.local_backend import LocalBackend, check_local_backend
+from sandlot.sandbox.users import ensure_users
 from sandlot.tasks.dockerfile import parse_dockerfile
 from sandlot.tasks.loader import hash_tree
 
@@ -244,6 +246,36 @@ def test_exec_runs_as_root_by_default(sandbox, run):
 def test_exec_as_user_nobody(sandbox, run):
     r = run(sandbox.exec(["id", "-u"], user="nobody"))
     assert r.stdout == "65534\n", r.stderr
+
+
+def test_a_user_gets_its_uid_gid_groups_and_home_as_docker_exec_gives_them(sandbox, run):
+    added = run(ensure_users(sandbox, ["agent", "4321", "nobody:agent"]))
+    assert len(added) == 2 and added[1] == "added user user4321 (4321)", added
+    assert re.fullmatch(r"added user agent \(\d{4,5}\)", added[0]), added  # from 1000 up
+    assert run(ensure_users(sandbox, ["agent", "4321"])) == []  # only once
+    r = run(sandbox.exec('echo "$(id -un) $(id -gn) $HOME"; touch "$HOME/x"', user="agent"))
+    assert (r.exit_code, r.stdout) == (0, "agent agent /home/agent\n"), r.stderr
+    r = run(sandbox.exec(["sh", "-c", 'echo "$(id -u):$(id -g) $HOME"'], user="4321"))
+    assert r.stdout == "4321:4321 /home/user4321\n", r.stderr
+    r = run(sandbox.exec(["sh", "-c", "id -u; id -gn"], user="nobody:agent"))
+    assert r.stdout == "65534\nagent\n", r.stderr
+    r = run(sandbox.exec(["sh", "-c", 'echo "$(id -u) $HOME"'], user="777"))
+    assert r.stdout == "777 /\n", r.stderr  # a bare uid: no entry, as Docker runs it
+    r = run(sandbox.exec(["sh", "-c", "echo $HOME"], user="agent", env={"HOME": "/opt/h"}))
+    assert r.stdout == "/opt/h\n"  # a HOME the caller names wins
+    r = run(sandbox.exec(["touch", "/etc/agent-was-here"], user="agent"))
+    assert r.exit_code != 0  # no root, no capabilities
+
+
+def test_the_shared_temp_folders_are_writable_by_every_user(sandbox, run):
+    # (the tiny test image of the docker backend has no /var/tmp)
+    r = run(sandbox.exec('for d in /tmp /var/tmp /dev/shm; do [ ! -d $d ] || '
+                         'stat -c "%n %a" $d; done'))
+    modes = dict(line.split() for line in r.stdout.splitlines())
+    assert set(modes.values()) == {"1777"} and {"/tmp", "/dev/shm"} <= set(modes), modes
+    r = run(sandbox.exec(["sh", "-c", 'for d in "$@"; do touch $d/n || exit 1; done', "sh",
+                          *modes], user="nobody"))
+    assert r.exit_code == 0, r.stderr
 
 
 def test_exec_passes_stdin(sandbox, run):

@@ -255,7 +255,6 @@ def test_defaults_when_sections_are_absent() -> None:
 
 DOCKERFILE_REFUSALS = {
     "multi-stage": ("FROM python:3.11 AS build\nRUN true\nFROM debian:bookworm\n", 3),
-    "user-nobody": ("FROM debian:bookworm\nWORKDIR /app\nUSER nobody\n", 3),
     "add-url": ("FROM debian:bookworm\nADD https://example.com/data.tgz /opt/\n", 2),
     "heredoc-run": ("FROM debian:bookworm\nWORKDIR /app\nRUN <<EOF\necho hi\nEOF\n", 3),
 }
@@ -412,7 +411,7 @@ def test_cli_tasks_check_lists_each_problem_with_file_field_and_fix(make_task, r
 
 def test_cli_tasks_check_shows_the_field_and_line(make_task, run_cli, tmp_path: Path) -> None:
     make_task("bad-timeout", task_toml='version = "1.0"\n[agent]\ntimeout_sec = "ten"\n')
-    make_task("user", dockerfile="FROM debian:bookworm\nUSER nobody\n")
+    make_task("shell", dockerfile="FROM debian:bookworm\nSHELL [\"/bin/bash\"]\n")
     proc = run_cli("tasks", "check", str(tmp_path / "tasks"), timeout=60)
     assert proc.returncode == 1
     assert "agent.timeout_sec (line 3)" in proc.stdout
@@ -531,3 +530,18 @@ def test_a_task_given_as_dot_is_named_after_its_folder(make_task, run_cli,
     assert result["task"] == "dotted" and result["passed"] is True
     check = run_cli("tasks", "check", ".", timeout=60, cwd=task)
     assert check.returncode == 0 and "1 tasks checked: 1 ok" in check.stdout, check.stdout
+
+
+@pytest.mark.parametrize(("value", "ok"), [
+    ('"agent"', True), ("1000", True), ('"1000:1000"', True), ('"app:staff"', True),
+    ('"a b"', False), ('"x:y:z"', False), ('"evil\\nroot:x:0:0"', False), ("true", False),
+    ("-1", False), ('""', False),
+])
+def test_a_user_is_a_name_or_uid_checked_strictly(make_task, value: str, ok: bool) -> None:
+    """The value goes into the sandbox's /etc/passwd: nothing but a plain name or number."""
+    problems = errors(check_task(make_task("u", task_toml=f"[agent]\nuser = {value}\n")))
+    if ok:
+        assert problems == []
+    else:
+        [problem] = problems
+        assert problem.field == "agent.user (line 2)"

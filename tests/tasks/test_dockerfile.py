@@ -262,9 +262,23 @@ def test_comments_inside_a_continuation_are_dropped() -> None:
 
 
 def test_comments_and_blank_lines_do_not_shift_line_numbers() -> None:
-    text = "# syntax=docker/dockerfile:1\n\n# base\nFROM x\n\n# user\nUSER nobody\n"
+    text = "# syntax=docker/dockerfile:1\n\n# base\nFROM x\n\n# shell\nSHELL [\"sh\"]\n"
     [issue] = parse_dockerfile(text).issues
     assert issue.line == 7
+
+
+def test_user_runs_later_steps_and_is_the_default_user() -> None:
+    plan = parse_dockerfile("FROM x\nRUN useradd app\nARG WHO=app\nUSER ${WHO}\nRUN id\n"
+                            "USER root\nRUN id\nUSER 1000:staff\nRUN id\n")
+    assert plan.issues == []
+    assert [step.user for step in plan.steps] == [None, "app", None, "1000:staff"]
+    assert plan.user == "1000:staff"
+    assert parse_dockerfile("FROM x\nUSER app\nUSER 0\n").user is None
+
+
+def test_a_user_that_is_not_a_name_is_an_issue() -> None:
+    [issue] = parse_dockerfile("FROM x\nUSER a b\n").issues
+    assert issue.line == 2 and "USER" in issue.message
 
 
 def test_ignored_instructions_leave_no_steps_or_issues() -> None:
@@ -276,7 +290,6 @@ def test_ignored_instructions_leave_no_steps_or_issues() -> None:
 @pytest.mark.parametrize(("line", "needle"), [
     ("SHELL [\"/bin/bash\", \"-c\"]", "SHELL"),
     ("ONBUILD RUN true", "ONBUILD"),
-    ("USER app:app", "USER app"),
 ])
 def test_unsupported_instructions_name_a_container_backend(line: str, needle: str) -> None:
     [issue] = parse_dockerfile(f"FROM x\n{line}\n").issues

@@ -45,7 +45,7 @@ from sandlot.agents.acp_registry import (
     with_version,
 )
 from sandlot.agents.acp_wire import STREAM_LIMIT_BYTES, ProcessTransport, Trajectory
-from sandlot.agents.base import AgentContext, AgentOutcome
+from sandlot.agents.base import AgentContext, AgentOutcome, hand_over
 from sandlot.agents.install import (
     AgentInstallError,
     install_npm_package,
@@ -145,14 +145,17 @@ class AcpAgent:
         if spec.needs_node:
             await require_node(ctx.sandbox, spec.needs_node, f"the {spec.name} agent")
         values = self._values(ctx)
-        for folder_template in spec.dirs:
-            await ctx.sandbox.mkdir(fill(folder_template, values))
+        made = [fill(folder_template, values) for folder_template in spec.dirs]
+        for folder in made:
+            await ctx.sandbox.mkdir(folder)
         if spec.files:
             with tempfile.TemporaryDirectory(prefix="sandlot-acp-") as tmp:
                 for i, (path_template, content) in enumerate(spec.files.items()):
                     local = Path(tmp) / f"file-{i}"
                     local.write_text(fill(content, values))
-                    await ctx.sandbox.upload(local, fill(path_template, values))
+                    made.append(fill(path_template, values))
+                    await ctx.sandbox.upload(local, made[-1])
+        await hand_over(ctx, *made)
 
     def _install_dir(self) -> str:
         return f"{INSTALL_ROOT}/{self.spec.name}"

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from sandlot.errors import ErrorKind, TrialError
 from sandlot.sandbox.base import Network, Sandbox
 from sandlot.tasks.loader import Task
 
@@ -45,6 +46,20 @@ class AgentContext:
     agent_version: str | None = None
     #: Live counters the agent updates as it works (sandlot.live.AgentLive), for displays.
     live: Any = None
+    #: The user the agent's processes run as ([agent] user or the image's USER; None:
+    #: root). Its setup runs as root and hands what it makes over (`hand_over`).
+    user: str | None = None
+
+
+async def hand_over(ctx: AgentContext, *paths: str) -> None:
+    """Give folders the agent's setup made (its home, its config) to the agent's user."""
+    if ctx.user is None or not paths:
+        return
+    result = await ctx.sandbox.exec(["chown", "-R", ctx.user, "--", *paths], timeout_sec=120,
+                                    user="0")  # ctx.sandbox runs as ctx.user by default
+    if result.exit_code != 0:
+        raise TrialError(ErrorKind.AGENT_ERROR, f"cannot give {', '.join(paths)} to user "
+                         f"{ctx.user}: {result.stderr.strip()[-300:]}", "setup")
 
 
 @dataclass

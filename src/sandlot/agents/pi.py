@@ -23,7 +23,7 @@ from typing import Any
 
 from typing_extensions import override
 
-from sandlot.agents.base import AgentContext, AgentOutcome
+from sandlot.agents.base import AgentContext, AgentOutcome, hand_over
 from sandlot.agents.install import (
     AgentInstallError,
     install_npm_package,
@@ -136,6 +136,7 @@ class PiAgent:
                 gateway.sandbox_base_url, gateway.api_key, gateway.model), indent=2))
             (config / "settings.json").write_text(json.dumps(SETTINGS, indent=2))
             await ctx.sandbox.upload(config, CONFIG_DIR)
+        await hand_over(ctx, CONFIG_DIR)
 
     # -- the conversation --------------------------------------------------------------------
 

@@ -509,7 +509,7 @@ class DockerSandbox:
         return None
 
     def _env(self, extra: dict[str, str] | None, token: str) -> dict[str, str]:
-        return {"TERM": "dumb", **(extra or {}), EXEC_MARK: token}
+        return {**(extra or {}), EXEC_MARK: token}
 
     @override
     async def exec(

@@ -99,7 +99,7 @@ async def replay_dockerfile(sandbox: Any, plan: DockerfilePlan, env_dir: Path,
         assert isinstance(step, RunStep)
         await sandbox.exec(["mkdir", "-p", step.workdir], timeout_sec=30)
         result = await sandbox.exec(step.argv, timeout_sec=remaining, env=step.env,
-                                    cwd=step.workdir, network="outbound")
+                                    cwd=step.workdir, network="outbound", user=step.user)
         log.append(f"RUN (line {step.line}) {' '.join(step.argv)}\n{result.stdout}{result.stderr}")
         if result.timed_out:
             raise TrialError(ErrorKind.BUILD_TIMEOUT,

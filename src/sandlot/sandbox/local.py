@@ -71,17 +71,72 @@ def host_paths_to_hide() -> tuple[list[Path], list[Path]]:
     return sorted(set(folders)), sorted(set(files))
 
 
+#: Folders every user may create files in (sticky), as in any container image.
+SHARED_TEMP_DIRS = ("/tmp", "/var/tmp", "/dev/shm")
+
+
 def _mask_layer(root: Path, masks: list[Path], files: list[Path] = ()) -> None:  # type: ignore[assignment]
-    """Opaque empty dirs and empty files: an overlay layer that hides what is below."""
+    """Opaque empty dirs and empty files: an overlay layer that hides what is below.
+
+    A folder in the upper layer decides the merged folder's owner and mode, so each one
+    made here copies the host folder's (a hidden /root stays 0700); the shared temp
+    folders are 1777 whatever the host has, or a non-root user (apt's `_apt`, a task's
+    own user) could not write there.
+    """
     for host_path in masks:
         target = root / str(host_path).lstrip("/")
-        target.mkdir(parents=True, exist_ok=True)
+        _mirror_folders(root, host_path)
         os.setxattr(target, "trusted.overlay.opaque", b"y")
     for host_file in files:
         target = root / str(host_file).lstrip("/")
         target.parent.mkdir(parents=True, exist_ok=True)
         if not target.exists():
             target.touch(mode=0o600)
+
+
+def _mirror_folders(root: Path, host_path: Path) -> None:
+    """Make `host_path` and its missing parents under `root` with the host's owner/mode."""
+    current = Path("/")
+    for part in host_path.parts[1:]:
+        current = current / part
+        target = root / str(current).lstrip("/")
+        if target.exists():
+            continue
+        target.mkdir()
+        st = current.stat()
+        mode = 0o1777 if str(current) in SHARED_TEMP_DIRS else st.st_mode & 0o7777
+        os.chown(target, st.st_uid, st.st_gid)
+        target.chmod(mode)
+
+
+#: Run "$@" as the user `$0` names (`name`, `uid`, `name:group`, `uid:gid`), as `docker exec
+#: -u` does: uid, gid and HOME from the sandbox's /etc/passwd (a uid without an entry gets
+#: its own number as gid and / as HOME), the supplementary groups of a named user, and no
+#: capabilities (setpriv drops them with the uid). 126 and a message for an unknown name.
+_AS_USER = r"""
+u=${0%%:*}; g=; case $0 in *:*) g=${0#*:};; esac
+entry=$(awk -F: -v u="$u" '$1 == u { print $1 ":" $3 ":" $4 ":" $6; exit }' /etc/passwd)
+case $u in *[!0-9]*) ;; *) [ -n "$entry" ] || entry=$(awk -F: -v u="$u" \
+    '$3 == u { print $1 ":" $3 ":" $4 ":" $6; exit }' /etc/passwd);; esac
+if [ -n "$entry" ]; then
+    IFS=: read -r name uid gid home <<EOF
+$entry
+EOF
+    groups=--init-groups
+else
+    case $u in *[!0-9]*) echo "sandlot: no user '$u' in /etc/passwd" >&2; exit 126;; esac
+    uid=$u; gid=$u; home=/; groups=--clear-groups
+fi
+if [ -n "$g" ]; then
+    case $g in
+    *[!0-9]*) gid=$(awk -F: -v g="$g" '$1 == g { print $3; exit }' /etc/group)
+              [ -n "$gid" ] || { echo "sandlot: no group '$g' in /etc/group" >&2; exit 126; };;
+    *) gid=$g;;
+    esac
+fi
+[ -n "${HOME+set}" ] || export HOME="$home"
+exec setpriv --reuid="$uid" --regid="$gid" $groups -- "$@"
+"""
 
 
 #: PID 1 of a sandbox's PID namespace. bwrap's own child arms its death signal only after
@@ -537,7 +592,9 @@ class LocalSandbox:
         if network in ("loopback", "outbound"):
             argv.append(f"--net=/proc/{pid}/ns/net")
         # /sys/class/net would list the host's interfaces (names, MACs): hide it.
-        argv += ["bwrap", "--bind", str(self._merged), "/", "--dev", "/dev", "--proc", "/proc",
+        argv += ["bwrap", "--bind", str(self._merged), "/", "--dev", "/dev",
+                 # POSIX shared memory, writable by every user as in a container.
+                 "--perms", "1777", "--tmpfs", "/dev/shm", "--proc", "/proc",
                  # Kernel-wide settings (core_pattern...) must not be writable from inside.
                  "--ro-bind", "/proc/sys", "/proc/sys",
                  "--ro-bind-try", "/proc/sysrq-trigger", "/proc/sysrq-trigger",
@@ -556,13 +613,17 @@ class LocalSandbox:
             argv += ["--setenv", key, value]
         argv += ["--chdir", cwd, "--"]
         if user is not None:
-            # The user's own primary group, looked up inside (a Dockerfile may add users).
-            argv += ["sh", "-c", 'exec setpriv --reuid="$0" --regid="$(id -g "$0")" '
-                     '--init-groups -- "$@"', user]
+            # Looked up inside: the Dockerfile (or sandlot.sandbox.users) may add users.
+            argv += ["sh", "-c", _AS_USER, user]
         return argv + command
 
-    def _env(self, extra: dict[str, str] | None) -> dict[str, str]:
-        env = {"PATH": DEFAULT_PATH, "HOME": "/root", "LANG": "C.UTF-8", "TERM": "dumb"}
+    def _env(self, extra: dict[str, str] | None, user: str | None = None) -> dict[str, str]:
+        """PATH, HOME, LANG as a container has them, then the task's env, then `extra`.
+        A command run as a user gets that user's HOME (set inside, from /etc/passwd),
+        unless the task or the caller names one."""
+        env = {"PATH": DEFAULT_PATH, "LANG": "C.UTF-8"}
+        if user is None:
+            env["HOME"] = "/root"
         env.update(self.spec.env)
         env.update(extra or {})
         return env
@@ -593,7 +654,8 @@ class LocalSandbox:
             await self._ensure_network()
         elif network == "loopback":
             await self._drop_network()
-        full = self._bwrap_argv(command, self._env(env), cwd or self.spec.workdir, user, network)
+        full = self._bwrap_argv(command, self._env(env, user), cwd or self.spec.workdir, user,
+                                network)
         cg = self._cgroups
         try:
             return await asyncio.create_subprocess_exec(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import difflib
+import re
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
@@ -50,8 +51,27 @@ NonNegativeFloat = Annotated[float, BeforeValidator(_not_a_bool),
                              Field(ge=0, allow_inf_nan=False)]
 VersionText = Annotated[str | None, BeforeValidator(_version_str)]
 NetworkMode = Annotated[Literal["none", "public", "allowlist"], BeforeValidator(_network_mode)]
-#: A user name or a numeric uid, as Docker's `--user` takes it.
-UserSpec = Annotated[str | int, BeforeValidator(_not_a_bool)]
+#: A user or uid, optionally `:group`, as Docker's `--user` and USER take it. Strict: the
+#: name goes into the sandbox's /etc/passwd and into lookups there.
+USER_SPEC = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,31})?")
+
+
+def _user_spec(value: object) -> object:
+    """`user = "agent"`, `1000` or `"1000:1000"`, as Docker's `--user` takes it; kept as
+    text. Checked strictly: the name goes into the sandbox's /etc/passwd."""
+    if isinstance(value, bool):
+        raise PydanticCustomError("user_type", "Input should be a user name or uid")
+    if isinstance(value, int) and value >= 0:
+        return str(value)
+    if isinstance(value, str) and USER_SPEC.fullmatch(value):
+        return value
+    raise PydanticCustomError(
+        "user_format", "Input should be a user name or uid, optionally :group "
+        "(letters, digits, '_', '.', '-'; up to 32 each)")
+
+
+#: A user name or a numeric uid (optionally `:group`), as Docker's `--user` takes it.
+UserSpec = Annotated[str, BeforeValidator(_user_spec)]
 
 
 class _Section(BaseModel):

@@ -13,6 +13,8 @@ import re
 import shlex
 from dataclasses import dataclass, field
 
+from sandlot.tasks.config import USER_SPEC
+
 IGNORED = {"LABEL", "EXPOSE", "CMD", "ENTRYPOINT", "STOPSIGNAL", "HEALTHCHECK", "VOLUME",
            "MAINTAINER"}
 ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tar.xz", ".txz")
@@ -47,6 +49,8 @@ class RunStep:
     env: dict[str, str]
     workdir: str
     line: int
+    #: The USER in effect (None: root), as `user[:group]`.
+    user: str | None = None
 
 
 Step = CopyStep | RunStep
@@ -58,6 +62,8 @@ class DockerfilePlan:
     steps: list[Step] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     workdir: str | None = None
+    #: The last USER (None: root): the image's default user for every phase.
+    user: str | None = None
     issues: list[DockerfileIssue] = field(default_factory=list)
 
 
@@ -206,6 +212,7 @@ def parse_dockerfile(text: str) -> DockerfilePlan:
     args: dict[str, str] = {}
     workdir = "/"
     saw_workdir = False
+    user: str | None = None
     n_from = 0
     for line, content in _logical_lines(text):
         instr, _, rest = content.partition(" ")
@@ -279,11 +286,15 @@ def parse_dockerfile(text: str) -> DockerfilePlan:
             argv = _exec_form(rest2) if rest2.startswith("[") else None
             if argv is None:
                 argv = ["/bin/sh", "-c", rest2]
-            plan.steps.append(RunStep(argv, {**args, **env}, workdir, line))
+            plan.steps.append(RunStep(argv, {**args, **env}, workdir, line, user))
         elif instr == "USER":
-            user = expand(rest, scope).split(":")[0]
-            if user not in {"root", "0"}:
-                refuse(f"USER {user} (a non-root user) is not supported")
+            named = expand(rest, scope).strip()
+            if not USER_SPEC.fullmatch(named):
+                plan.issues.append(DockerfileIssue(line, f"USER {named!r} is not a user name "
+                                                   "or uid (optionally :group)"))
+                continue
+            user = None if named.split(":")[0] in {"root", "0"} and ":" not in named \
+                else named
         elif instr == "SHELL":
             refuse("SHELL is not supported")
         elif instr == "ONBUILD":
@@ -296,4 +307,5 @@ def parse_dockerfile(text: str) -> DockerfilePlan:
         plan.issues.append(DockerfileIssue(1, "no FROM instruction"))
     plan.env = env
     plan.workdir = workdir if saw_workdir else None
+    plan.user = user
     return plan

@@ -56,6 +56,20 @@ class Task:
         return DEFAULT_WORKDIR
 
     @property
+    def agent_user(self) -> str | None:
+        """Who the agent runs as: [agent] user, else the Dockerfile's USER, else root."""
+        return self.config.agent.user or self._image_user
+
+    @property
+    def verifier_user(self) -> str | None:
+        """Who test.sh runs as: [verifier] user, else the Dockerfile's USER, else root."""
+        return self.config.verifier.user or self._image_user
+
+    @property
+    def _image_user(self) -> str | None:
+        return self.dockerfile.user if self.dockerfile else None
+
+    @property
     def env(self) -> dict[str, str]:
         """Environment every phase sees: Dockerfile ENV, then task.toml [environment] env."""
         base = dict(self.dockerfile.env) if self.dockerfile else {}
