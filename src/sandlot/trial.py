@@ -22,6 +22,7 @@ from sandlot.errors import (
     TrialError,
 )
 from sandlot.fsutil import write_atomic, write_model
+from sandlot.healthcheck import wait_healthy
 from sandlot.integrity import neutralize_planted_hooks
 from sandlot.live import TrialLive
 from sandlot.models import ErrorInfo, TrialResult, utc_now
@@ -168,6 +169,10 @@ async def run_trial(plan: TrialPlan, settings: TrialSettings, backend: SandboxBa
             except SandboxError as exc:
                 raise TrialError(ErrorKind.SANDBOX_SETUP_FAILED, str(exc), "setup") from exc
             await _prepare_users(sandbox, task, clock)
+            if task.config.environment.healthcheck is not None:
+                live.set_phase("waiting for the healthcheck…")
+                await wait_healthy(sandbox, task.config.environment.healthcheck,
+                                   timeout_multiplier=mult, log=clock.log)
             session = await _open_gateway(settings, plan, sandbox, agent)
             access = None
             if session is not None:

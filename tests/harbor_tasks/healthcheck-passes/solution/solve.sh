@@ -1,0 +1,3 @@
+#!/bin/bash
+cp /var/tmp/tries /app/tries-when-the-agent-started
+echo ok > /app/out.txt
