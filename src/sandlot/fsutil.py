@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -32,3 +33,27 @@ def write_model(path: Path, model: BaseModel) -> None:
 
 def write_json(path: Path, obj: object) -> None:
     write_atomic(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
+
+
+def copy_out(src: Path, dst: Path) -> None:
+    """Copy what a sandbox wrote (`src`, on the host) to `dst` as plain data: regular
+    files and folders only, every symlink replaced by a note of its target, no setuid,
+    setgid or sticky bit, nothing that is not a file (a FIFO, a socket) kept. Written
+    inside a sandbox by its root, such things would act on the host. Iterative: a tree
+    of any depth is copied without recursion."""
+    dst.mkdir(parents=True, exist_ok=True)
+    if not src.is_dir() or src.is_symlink():
+        return
+    todo = [(src, dst)]
+    while todo:
+        here, there = todo.pop()
+        for entry in os.scandir(here):
+            target = there / entry.name
+            if entry.is_symlink():
+                target.write_text(f"[a symlink in the sandbox, to {os.readlink(entry.path)}]\n")
+            elif entry.is_dir(follow_symlinks=False):
+                target.mkdir()
+                todo.append((Path(entry.path), target))
+            elif entry.is_file(follow_symlinks=False):
+                shutil.copyfile(entry.path, target, follow_symlinks=False)
+                target.chmod(entry.stat(follow_symlinks=False).st_mode & 0o777)

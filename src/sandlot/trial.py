@@ -21,8 +21,9 @@ from sandlot.errors import (
     SandboxError,
     TrialError,
 )
-from sandlot.fsutil import write_atomic, write_model
+from sandlot.fsutil import copy_out, write_atomic, write_model
 from sandlot.healthcheck import wait_healthy
+from sandlot.hostguard import remove_tree
 from sandlot.integrity import neutralize_planted_hooks
 from sandlot.live import TrialLive
 from sandlot.models import ErrorInfo, TrialResult, utc_now
@@ -234,6 +235,7 @@ async def run_trial(plan: TrialPlan, settings: TrialSettings, backend: SandboxBa
                 if session is not None:
                     await settings.gateway.close_trial(session)
         await _record_workspace_diff(sandbox, task.workdir, plan.dir / "agent", clock)
+        await _collect_agent_logs(sandbox, plan.dir, clock)
         with clock.phase("verify"):
             live.set_phase("verifying…")
             try:
@@ -303,6 +305,32 @@ async def _prepare_users(sandbox: Sandbox, task: Task, clock: _PhaseClock) -> No
         if result.exit_code != 0:
             raise TrialError(ErrorKind.ENVIRONMENT_ERROR, f"cannot give /logs/agent to user "
                              f"{task.agent_user}: {result.stderr.strip()[-300:]}", "setup")
+
+
+#: The most of /logs/agent kept in the trial folder (a bigger one is left out, with a note).
+AGENT_LOGS_MAX_BYTES = 50 * 1024 * 1024
+
+
+async def _collect_agent_logs(sandbox: Sandbox, trial_dir: Path, clock: _PhaseClock) -> None:
+    """What the agent wrote to /logs/agent (Harbor's place for an agent's own logs), as
+    plain files in agent/logs/ of the trial folder."""
+    try:
+        size = await sandbox.exec(["du", "-sb", "/logs/agent"], timeout_sec=60)
+        total = int(size.stdout.split()[0]) if size.exit_code == 0 else 0
+        if total > AGENT_LOGS_MAX_BYTES:
+            clock.log(f"/logs/agent holds {total} bytes, over {AGENT_LOGS_MAX_BYTES}: "
+                      "not collected")
+            return
+        staging = trial_dir / ".agent-logs.tmp"
+        remove_tree(staging, ignore_errors=True)
+        try:
+            await sandbox.download("/logs/agent", staging)
+            if staging.is_dir() and any(staging.iterdir()):
+                await asyncio.to_thread(copy_out, staging, trial_dir / "agent" / "logs")
+        finally:
+            remove_tree(staging, ignore_errors=True)
+    except (SandboxError, OSError, ValueError, IndexError) as exc:
+        clock.log(f"collecting /logs/agent failed: {exc}")
 
 
 async def _record_workspace_diff(sandbox: Any, workdir: str, out_dir: Path,

@@ -32,6 +32,10 @@ def expectation(name: str) -> tuple[str, str]:
 
 def check_result(name: str, result: dict[str, object], verifier_dir: Path) -> None:
     expect, message = expectation(name)
+    meta = tomllib.loads((CORPUS / name / "task.toml").read_text())["metadata"]
+    if "expect_trial_file" in meta:  # a file the trial folder must hold, and its text
+        kept = verifier_dir.parent / meta["expect_trial_file"]
+        assert kept.is_file() and meta["expect_trial_text"] in kept.read_text(), kept
     error = result.get("error")
     if expect == "pass":
         out = verifier_dir / "test_stdout.txt"

@@ -545,3 +545,20 @@ def test_a_user_is_a_name_or_uid_checked_strictly(make_task, value: str, ok: boo
     else:
         [problem] = problems
         assert problem.field == "agent.user (line 2)"
+
+
+def test_env_templates_are_filled_from_the_environment_or_their_default() -> None:
+    from sandlot.tasks.templates import fill_templates, missing_variables
+
+    config = TaskConfig.model_validate(tomllib.loads(
+        '[environment.env]\nA = "${SET}"\nB = "${UNSET:-fallback}"\nC = "x-${SET}"\n'
+        '[solution.env]\nD = "${SET:-ignored}"\n[verifier.env]\nE = "${UNSET}"\n'))
+    environ = {"SET": "from the host"}
+    assert [(m.field, m.variable) for m in missing_variables(config, environ)] == [
+        ("verifier.env.E", "UNSET")]
+    filled = fill_templates(config, {**environ, "UNSET": "now set"})
+    assert filled.environment.env == {"A": "from the host", "B": "now set",
+                                      "C": "x-${SET}"}  # a template only as a whole value
+    assert filled.solution.env == {"D": "from the host"}
+    assert filled.verifier.env == {"E": "now set"}
+    assert config.environment.env["A"] == "${SET}"  # the parsed file is left as it is

@@ -16,6 +16,7 @@ from pydantic import ValidationError
 
 from sandlot.errors import TaskLoadError
 from sandlot.tasks import Problem, TaskConfig, check_task, load_task
+from sandlot.tasks.templates import missing_variables
 
 SETTINGS = settings(max_examples=200, deadline=None, database=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture,
@@ -41,10 +42,10 @@ def toml_problems(problems: list[Problem]) -> list[Problem]:
 def expected_toml_error(text: str) -> bool:
     """The oracle: is this task.toml text invalid TOML or an invalid TaskConfig?"""
     try:
-        TaskConfig.model_validate(tomllib.loads(text))
+        config = TaskConfig.model_validate(tomllib.loads(text))
     except (tomllib.TOMLDecodeError, ValidationError):
         return True
-    return False
+    return bool(missing_variables(config))  # an env template of an unset variable
 
 
 def assert_answer_matches_oracle(path: Path) -> list[Problem]:

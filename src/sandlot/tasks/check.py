@@ -14,6 +14,7 @@ from pydantic import ValidationError
 from sandlot.tasks.config import TaskConfig, unknown_keys
 from sandlot.tasks.dockerfile import USE_CONTAINER, CopyStep, parse_dockerfile
 from sandlot.tasks.naming import task_name
+from sandlot.tasks.templates import missing_variables
 
 #: Backends that build the task's image themselves: compose files and every Dockerfile
 #: feature are theirs to honour (the engine reports what it cannot build).
@@ -144,7 +145,7 @@ def _check_toml(task: str, path: Path) -> list[Problem]:
                         "(quote strings, one key = value per line)")]
     problems = [_unknown_key(task, text, path, close) for path, close in unknown_keys(data)]
     try:
-        TaskConfig.model_validate(data)
+        config = TaskConfig.model_validate(data)
     except ValidationError as exc:
         for err in exc.errors():
             loc = tuple(err["loc"])
@@ -154,6 +155,14 @@ def _check_toml(task: str, path: Path) -> list[Problem]:
             problems.append(Problem(task, "task.toml", where,
                                     f"{err['msg']}, got {err.get('input')!r}",
                                     _fix_for(dict(err), field)))
+        return problems
+    for gap in missing_variables(config):
+        line = _key_line(text, tuple(gap.field.split(".")))
+        where = f"{gap.field} (line {line})" if line else gap.field
+        problems.append(Problem(task, "task.toml", where,
+                                f"${{{gap.variable}}} is not set in sandlot's environment",
+                                f"export {gap.variable}=... before the run, or give a default: "
+                                f"${{{gap.variable}:-value}}"))
     return problems
 
 

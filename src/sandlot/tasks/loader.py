@@ -13,6 +13,7 @@ from sandlot.errors import TaskLoadError
 from sandlot.tasks.config import TaskConfig
 from sandlot.tasks.dockerfile import DockerfilePlan, parse_dockerfile
 from sandlot.tasks.naming import task_name
+from sandlot.tasks.templates import fill_templates
 
 DEFAULT_WORKDIR = "/app"
 
@@ -105,8 +106,8 @@ def load_task(path: Path, *, need_solution: bool = True, sandbox: str = "local")
     if problems:
         raise TaskLoadError(problems)
     # Strict UTF-8, as check_task read them (TOML must be UTF-8; no locale-dependent decoding).
-    config = TaskConfig.model_validate(
-        tomllib.loads((path / "task.toml").read_text(encoding="utf-8")))
+    config = fill_templates(TaskConfig.model_validate(
+        tomllib.loads((path / "task.toml").read_text(encoding="utf-8"))))
     dockerfile_path = path / "environment" / "Dockerfile"
     plan = (parse_dockerfile(dockerfile_path.read_text(encoding="utf-8"))
             if dockerfile_path.exists() else None)

@@ -1,0 +1,2 @@
+#!/bin/bash
+if [ "$(cat /app/out.txt)" = done ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt
