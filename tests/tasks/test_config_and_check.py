@@ -479,13 +479,13 @@ def test_harbor_schema_keys_are_known_and_typos_name_the_closest(make_task) -> N
             '[agent]\ntimeout_sec = 30\nuser = "agent"\nnetwork_mode = "no-network"\n'
             '[verifier]\nuser = 1000\nenvironment_mode = "shared"\n'
             '[environment]\nallow_internet = true\ngpus = 0\nos = "Linux"\n'
-            'skills_dir = "/skills"\ndocker_image = "debian:12"\n'
+            'skills_dir = "/skills"\nbuild_timeout_sec = 60\n'
             'mcp_servers = [{ name = "m", transport = "stdio", command = "srv", argz = [] }]\n'
             '[environment.healthcheck]\ncommand = "true"\nretrys = 2\n')
     problems = check_task(make_task("harbor", task_toml=toml))
     assert errors(problems) == []
     fields = sorted(p.field or "" for p in problems)
-    assert fields == ["environment.healthcheck.retrys (line 23)",
+    assert fields == ["artifacts (line 3)", "environment.healthcheck.retrys (line 23)",
                       "environment.mcp_servers[0].argz (line 20)"], problems
     by_field = {p.field: p for p in problems}
     assert "did you mean environment.healthcheck.retries" in by_field[
@@ -562,3 +562,37 @@ def test_env_templates_are_filled_from_the_environment_or_their_default() -> Non
     assert filled.solution.env == {"D": "from the host"}
     assert filled.verifier.env == {"E": "now set"}
     assert config.environment.env["A"] == "${SET}"  # the parsed file is left as it is
+
+
+@pytest.mark.parametrize(("toml", "field", "needle"), [
+    ("[environment]\ngpus = 1\n", "environment.gpus (line 2)", "GPU"),
+    ('[environment]\ntpu = { type = "v6e", topology = "2x4" }\n', "environment.tpu (line 2)",
+     "TPU"),
+    ('[environment]\nos = "windows"\n', "environment.os (line 2)", "windows"),
+    ('[environment]\ndocker_image = "python:3.12"\n', "environment.docker_image (line 2)",
+     "FROM python:3.12"),
+    ('[[steps]]\nname = "one"\n[[steps]]\nname = "two"\n', "steps (line 1)", "2 steps"),
+    ('[agent]\nnetwork_mode = "allowlist"\nallowed_hosts = ["pypi.org"]\n',
+     "agent.network_mode (line 2)", "allowlist"),
+    ('[verifier]\nenvironment_mode = "separate"\n', "verifier.environment", "separate"),
+    ('[[verifier.collect]]\ncommand = "true"\n', "verifier.collect (line 1)", "collect"),
+])
+def test_what_sandlot_cannot_honour_is_refused_with_the_reason_and_a_fix(
+        make_task, toml: str, field: str, needle: str) -> None:
+    [problem] = errors(check_task(make_task("unsupported", task_toml=toml)))
+    assert problem.field == field, problem
+    assert needle in problem.message + problem.fix and problem.fix
+
+
+def test_mcp_servers_and_skills_are_refused_for_agents_not_for_the_oracle(make_task) -> None:
+    task = make_task("mcp", task_toml='[environment]\nskills_dir = "/skills"\n'
+                     'mcp_servers = [{ name = "m", url = "http://127.0.0.1:9" }]\n')
+    assert errors(check_task(task, need_solution=True)) == []
+    fields = {p.field for p in errors(check_task(task, need_solution=False))}
+    assert fields == {"environment.skills_dir (line 2)", "environment.mcp_servers (line 3)"}
+
+
+def test_artifacts_are_a_warning_not_ignored_silently(make_task) -> None:
+    problems = check_task(make_task("art", task_toml='artifacts = ["/app/out"]\n'))
+    [warning] = [p for p in problems if p.file == "task.toml"]
+    assert warning.severity == "warning" and "not collected" in warning.message

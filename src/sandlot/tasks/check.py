@@ -14,6 +14,7 @@ from pydantic import ValidationError
 from sandlot.tasks.config import TaskConfig, unknown_keys
 from sandlot.tasks.dockerfile import USE_CONTAINER, CopyStep, parse_dockerfile
 from sandlot.tasks.naming import task_name
+from sandlot.tasks.support import unsupported
 from sandlot.tasks.templates import missing_variables
 
 #: Backends that build the task's image themselves: compose files and every Dockerfile
@@ -130,7 +131,7 @@ def _read_utf8(path: Path) -> str:
     return path.read_text(encoding="utf-8")
 
 
-def _check_toml(task: str, path: Path) -> list[Problem]:
+def _check_toml(task: str, path: Path, oracle: bool = True) -> list[Problem]:
     try:
         text = _read_utf8(path)
     except UnicodeDecodeError as exc:
@@ -156,6 +157,17 @@ def _check_toml(task: str, path: Path) -> list[Problem]:
                                     f"{err['msg']}, got {err.get('input')!r}",
                                     _fix_for(dict(err), field)))
         return problems
+    for gap in unsupported(config, oracle=oracle):
+        line = _key_line(text, tuple(gap.field.split(".")))
+        where = f"{gap.field} (line {line})" if line else gap.field
+        problems.append(Problem(task, "task.toml", where, gap.reason, gap.fix))
+    if config.artifacts:
+        line = _key_line(text, ("artifacts",))
+        problems.append(Problem(task, "task.toml", f"artifacts (line {line})" if line
+                                else "artifacts", "artifacts are not collected yet (the "
+                                "trial runs and is scored without them)",
+                                "copy what you need to /logs/agent, which is collected",
+                                "warning"))
     for gap in missing_variables(config):
         line = _key_line(text, tuple(gap.field.split(".")))
         where = f"{gap.field} (line {line})" if line else gap.field
@@ -251,7 +263,7 @@ def check_task(path: Path, *, need_solution: bool = True, sandbox: str = "local"
     toml_path = path / "task.toml"
     if not toml_path.is_file():
         return [Problem(task, "task.toml", None, "missing", "create task.toml (see docs/tasks.md)")]
-    problems = _check_toml(task, toml_path)
+    problems = _check_toml(task, toml_path, oracle=need_solution)
     instruction = path / "instruction.md"
     if not instruction.is_file():
         problems.append(Problem(task, "instruction.md", None, "missing",
