@@ -13,6 +13,7 @@ import contextlib
 import logging
 import os
 import shutil
+import signal
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -109,6 +110,47 @@ def signal_child_group(pid: int, sig: int) -> bool:
         os.killpg(pid, sig)
         return True
     return False
+
+
+def child_pids(pid: int) -> list[int]:
+    """The pids of `pid`'s children (all its threads'), as this process's /proc numbers them."""
+    found: list[int] = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return found
+    for tid in tasks:
+        with contextlib.suppress(OSError, ValueError):
+            found += [int(c) for c in Path(f"/proc/{pid}/task/{tid}/children").read_text().split()]
+    return found
+
+
+def kill_child_tree(pid: int) -> int:
+    """SIGKILL sandlot's own child `pid` and every process below it; returns how many.
+
+    Each process found is stopped first (SIGSTOP), so none forks or exits (and so
+    reparents its children away) while the tree is walked; then all are killed. A process
+    that left the tree before the walk (a daemon that detached) is not in it: its
+    sandbox's teardown ends it. Refused, like signal_child_group, for a pid that is not
+    this process's child.
+    """
+    found = _parent_and_group(pid)
+    if found is None or found[0] != os.getpid():
+        return 0
+    seen: list[int] = []
+    frontier = [pid]
+    while frontier:
+        current = frontier.pop()
+        if current in seen:
+            continue
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(current, signal.SIGSTOP)
+        seen.append(current)
+        frontier += child_pids(current)
+    for member in seen:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(member, signal.SIGKILL)
+    return len(seen)
 
 
 # -- cgroups -------------------------------------------------------------------------------

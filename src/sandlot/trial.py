@@ -32,7 +32,7 @@ from sandlot.repair import RepairFailed, RepairSettings, feedback_template, run_
 from sandlot.sandbox.base import EnvironmentRequest, Network, Sandbox, SandboxBackend, SandboxSpec
 from sandlot.sandbox.users import as_user, ensure_users
 from sandlot.tasks.loader import Task
-from sandlot.verify import Verifier
+from sandlot.verify import TESTS_MOUNT, VERIFIER_LOGS, Verifier
 
 #: Agent-phase errors after which the verifier still scores what the agent left behind.
 VERIFY_AFTER = AGENT_FAULT_KINDS
@@ -158,7 +158,8 @@ async def run_trial(plan: TrialPlan, settings: TrialSettings, backend: SandboxBa
                                cpus=task.config.environment.cpus, pids_max=settings.pids_max,
                                storage_mb=task.config.environment.storage_mb,
                                allow_private_network=settings.allow_private_network,
-                               masked_paths=settings.masked_paths)
+                               masked_paths=settings.masked_paths,
+                               mount_points=(TESTS_MOUNT, VERIFIER_LOGS))
             request = EnvironmentRequest(
                 spec=spec, environment_dir=task.environment_dir, digest=task.digest,
                 build_timeout_sec=task.config.environment.build_timeout_sec * mult,

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
+import os
+import shutil
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -11,8 +15,10 @@ from typing import Protocol
 from typing_extensions import override
 
 from sandlot.errors import ErrorKind, TrialError, limit_error
-from sandlot.fsutil import write_atomic
+from sandlot.fsutil import copy_out, write_atomic
+from sandlot.hostguard import remove_tree
 from sandlot.sandbox.base import Network, Sandbox
+from sandlot.sandbox.users import user_ids
 from sandlot.tasks.loader import Task
 
 TESTS_MOUNT = "/tests"
@@ -34,10 +40,11 @@ class Verdict:
 class Verifier(Protocol):
     """Scores the sandbox's current state.
 
-    Contract: the scoring run happens after every agent process is gone; returns a Verdict
-    or raises TrialError (VERIFIER_TIMEOUT, VERIFIER_ERROR, REWARD_MISSING,
-    REWARD_PARSE_ERROR). A feedback run (`feedback=True`, between repair attempts) runs on
-    the `network` given and takes the tests back out of the sandbox afterwards.
+    Contract: what the agent left running may still run, but cannot see the tests or
+    touch the reward; returns a Verdict or raises TrialError (VERIFIER_TIMEOUT,
+    VERIFIER_ERROR, REWARD_MISSING, REWARD_PARSE_ERROR). A feedback run (`feedback=True`,
+    between repair attempts) runs on the `network` given and leaves nothing of the tests
+    in the sandbox.
     """
 
     async def verify(self, sandbox: Sandbox, task: Task, out_dir: Path,
@@ -127,7 +134,12 @@ def read_rewards(logs_dir: Path) -> tuple[float, dict[str, float]]:
 
 
 class ScriptVerifier:
-    """Harbor's verifier: tests/ copied to /tests, `bash /tests/test.sh`, reward file read."""
+    """Harbor's verifier: tests/ at /tests, `bash /tests/test.sh`, reward file read.
+
+    /tests and /logs/verifier are host folders mounted for test.sh alone (exec `mounts`):
+    what the agent left running in the sandbox (a server the tests talk to, or a process
+    waiting to forge a reward) never sees the tests, and cannot write the reward.
+    """
 
     def __init__(self, network: Network = "outbound") -> None:
         self.network = network
@@ -136,37 +148,32 @@ class ScriptVerifier:
     async def verify(self, sandbox: Sandbox, task: Task, out_dir: Path,
                      timeout_sec: float, *, network: Network | None = None,
                      feedback: bool = False) -> Verdict:
+        staging = Path(tempfile.mkdtemp(prefix="sandlot-verify-"))
         try:
             return await self._verify(sandbox, task, out_dir, timeout_sec,
-                                      network or self.network)
+                                      network or self.network, staging)
         finally:
-            if feedback:
-                # The agent works on after a feedback run: take the tests away again.
-                await sandbox.remove(TESTS_MOUNT)
-                await sandbox.remove(VERIFIER_LOGS)
-                await sandbox.mkdir(VERIFIER_LOGS)
+            await asyncio.to_thread(remove_tree, staging, ignore_errors=True)
 
     async def _verify(self, sandbox: Sandbox, task: Task, out_dir: Path,
-                      timeout_sec: float, network: Network) -> Verdict:
-        # Anything the agent left under /logs/verifier is discarded: only test.sh writes it.
-        await sandbox.remove(VERIFIER_LOGS)
-        await sandbox.mkdir(VERIFIER_LOGS)
+                      timeout_sec: float, network: Network, staging: Path) -> Verdict:
+        tests, logs = staging / "tests", staging / "logs"
+        await asyncio.to_thread(shutil.copytree, task.tests_dir, tests, symlinks=True)
+        logs.mkdir()
         user = task.verifier_user
         if user is not None:  # test.sh runs as that user and must write its reward
-            await sandbox.exec(["chown", user, VERIFIER_LOGS], timeout_sec=60)
-        await sandbox.remove(TESTS_MOUNT)
-        await sandbox.upload(task.tests_dir, TESTS_MOUNT)
+            uid, gid = await user_ids(sandbox, user)
+            os.chown(logs, uid, gid)
         result = await sandbox.exec(
             ["bash", f"{TESTS_MOUNT}/test.sh"], timeout_sec=timeout_sec,
             env={**task.config.verifier.env}, network=network, user=user,
+            mounts={TESTS_MOUNT: tests, VERIFIER_LOGS: logs},
         )
         out_dir.mkdir(parents=True, exist_ok=True)
         write_atomic(out_dir / "test_stdout.txt", result.stdout)
         write_atomic(out_dir / "test_stderr.txt", result.stderr)
-        try:
-            await sandbox.download(VERIFIER_LOGS, out_dir / "logs")
-        except Exception:
-            (out_dir / "logs").mkdir(exist_ok=True)
+        remove_tree(out_dir / "logs", ignore_errors=True)
+        await asyncio.to_thread(copy_out, logs, out_dir / "logs")
         if result.timed_out:
             raise TrialError(ErrorKind.VERIFIER_TIMEOUT,
                              f"tests/test.sh did not finish within {timeout_sec:g}s", "verify")

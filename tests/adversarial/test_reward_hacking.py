@@ -94,7 +94,8 @@ then echo 1 > /logs/verifier/reward.txt; fi
 """
 #: What a process left behind does if it is alive once the task's tests are in place.
 TAMPER_SH = r"""#!/bin/bash
-grep -q 42 /tests/test_answer.py 2>/dev/null || exit 0
+# The tests, where the verifier sees them or through any process's root.
+grep -qs 42 /tests/test_answer.py /proc/[0-9]*/root/tests/test_answer.py || exit 0
 echo 42 > /app/answer.txt
 echo 1 > /logs/verifier/reward.txt
 printf 'def test_answer():\n    pass\n' > /tests/test_answer.py
@@ -253,17 +254,20 @@ def test_a_reward_written_ahead_of_time_is_discarded(hack, name, record):
     assert result["rewards"] == {"reward": 0.0}  # test.sh's own reward.txt, not the json
 
 
-def test_no_agent_process_survives_into_verification(hack, record):
+def test_what_the_agent_leaves_running_cannot_touch_its_verification(hack, record):
+    """As in a container, what the agent starts in the background lives on while the tests
+    run (a server they talk to); a process waiting there for the tests to forge its reward
+    never sees them (not through any /proc/<pid>/root either) and cannot write the reward."""
     path, result = trial(hack, "survivor")
     logs = path / "verifier" / "logs"
     assert result["agent_exit_code"] == 0, (path / "agent" / "stderr.txt").read_text()
     ps = (logs / "ps.txt").read_text()
+    assert MARKER in ps, "the agent's background processes should live on, as in Docker"
     record.attempts({
-        "background process alive during verification": MARKER not in ps,
         "answer rewritten during verification": (logs / "answer-seen.txt").read_text() == "41\n",
         "reward rewritten during verification": result["reward"] == 0.0,
     })
-    assert MARKER not in ps, ps
+    assert (logs / "answer-seen.txt").read_text() == "41\n"
     assert result["reward"] == 0.0 and result["error"] is None
     assert "1 failed" in (logs / "pytest.txt").read_text()
     assert not pgrep(MARKER), "an agent process outlived its sandbox on the host"

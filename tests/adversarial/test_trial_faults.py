@@ -69,15 +69,15 @@ AGENT_FAULTS: dict[str, tuple[str, str, str | None, str | None, float | None]] =
                    "> /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt",
                    None, None, 1.0),
     # With a quota (storage_mb): filling it is the agent's fault (kind disk_limit, scored);
-    # the verifier still runs while the tests fit, and the trial scores 0 when not even
-    # they do. Staying under the quota changes nothing.
+    # the verifier still runs, even on a disk full to the last byte (its tests and logs
+    # are mounted from outside the task's disk). Staying under the quota changes nothing.
     "disk-fill": ("echo ok > /app/done; dd if=/dev/zero of=/app/fill bs=1M count=64 "
                   "status=none; true", SCORE_DONE, "[environment]\nstorage_mb = 32\n",
                   "disk_limit", 1.0),
     "disk-fill-all": ("echo ok > /app/done; dd if=/dev/zero of=/app/fill bs=1M count=64 "
                       "status=none; i=0; while echo x > /app/f$i 2>/dev/null; do "
                       "i=$((i + 1)); done; true", SCORE_DONE,
-                      "[environment]\nstorage_mb = 32\n", "disk_limit", 0.0),
+                      "[environment]\nstorage_mb = 32\n", "disk_limit", 1.0),
     "disk-under-quota": ("dd if=/dev/zero of=/app/some bs=1M count=8 status=none && "
                          "echo ok > /app/done", SCORE_DONE,
                          "[environment]\nstorage_mb = 32\n", None, 1.0),

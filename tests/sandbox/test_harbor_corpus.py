@@ -1,7 +1,9 @@
 """The Harbor task corpus (tests/harbor_tasks/): one small task per thing a published task
 expects of its Linux, each run with the oracle, on the local backend and on a container
-engine. Each task says in `[metadata] expect` what it must end as: `pass`, or an error kind
-(with `expect_message`, a part of the error's message).
+engine. Each task says in `[metadata] expect` what it must end as: `pass`, `fail` (scored 0,
+no error), or an error kind (with `expect_message`, a part of the error's message); with
+`require_in_test_stdout` / `forbid_in_test_stdout`, a text test.sh must (not) print; with
+`docker_later`, why the container engine does not run it yet.
 """
 
 from __future__ import annotations
@@ -37,20 +39,27 @@ def check_result(name: str, result: dict[str, object], verifier_dir: Path) -> No
         kept = verifier_dir.parent / meta["expect_trial_file"]
         assert kept.is_file() and meta["expect_trial_text"] in kept.read_text(), kept
     error = result.get("error")
+    out = verifier_dir / "test_stdout.txt"
+    said = out.read_text() if out.is_file() else ""
     if expect == "pass":
-        out = verifier_dir / "test_stdout.txt"
-        assert error is None and result["passed"] is True, (
-            result, out.read_text() if out.is_file() else "")
+        assert error is None and result["passed"] is True, (result, said)
+    elif expect == "fail":
+        assert error is None and result["passed"] is False and result["reward"] == 0, (
+            result, said)
     else:
         assert isinstance(error, dict) and error["kind"] == expect, result
         assert message in error["message"], error
+    if "require_in_test_stdout" in meta:
+        assert meta["require_in_test_stdout"] in said, said
+    if "forbid_in_test_stdout" in meta:
+        assert meta["forbid_in_test_stdout"] not in said, said
 
 
 def test_every_fixture_says_what_it_must_end_as() -> None:
     assert len(NAMES) >= 5
     for name in NAMES:
         expect, _ = expectation(name)
-        assert expect in ("pass", "task_invalid", "environment_error"), name
+        assert expect in ("pass", "fail", "task_invalid", "environment_error"), name
 
 
 @pytest.mark.timeout(600)
@@ -84,6 +93,10 @@ def docker_backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]
 @pytest.mark.parametrize("name", NAMES)
 def test_the_corpus_runs_with_the_oracle_on_a_container_engine(docker_backend, tmp_path: Path,
                                                                name: str) -> None:
+    later = tomllib.loads((CORPUS / name / "task.toml").read_text())["metadata"].get(
+        "docker_later")
+    if later:
+        pytest.skip(later)
     task = load_task_or_invalid(CORPUS / name, sandbox="docker")
     plan = TrialPlan(task=task, attempt=1, dir=tmp_path / f"{name}__1")
     settings = TrialSettings(agent_name="oracle", model=None, sandbox_name="docker")

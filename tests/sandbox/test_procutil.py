@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from sandlot.sandbox.cgroups import sweep_stale
 from sandlot.sandbox.procutil import CGROUP_JOIN_FAILED, die_with_sandlot
 
 
@@ -123,6 +124,7 @@ asyncio.run(main())
     while any(_alive(pid) for pid in escaped):
         assert time.monotonic() < deadline, f"outlived their sandlot: {escaped}"
         time.sleep(0.05)
+    sweep_stale()  # the dead stand-in's cgroups, as the next sandlot start would
 
 
 def _processes_in_pidns_of(pid: int) -> dict[int, str]:

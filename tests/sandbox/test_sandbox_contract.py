@@ -302,12 +302,76 @@ def test_exec_large_stdin_echoed_back_does_not_deadlock(sandbox, run):
     assert r.exit_code == 0 and r.stdout.encode() == data
 
 
-def test_exec_leaves_no_background_process_behind(sandbox, run):
+def test_a_background_process_lives_on_as_in_a_container_until_stop(backend, sandbox, run):
     marker = f"sandlot-bg-{secrets.token_hex(4)}"
     r = run(sandbox.exec(f"{background_sleeper(marker)} echo started", timeout_sec=30))
     assert r.stdout == "started\n" and r.exit_code == 0
     assert r.duration_sec < 5, "exec waited for the background child"
+    if backend.name == "docker":  # docker: a command's leftovers still end with it
+        assert host_procs(marker) == ""
+        return
+    assert marker in host_procs(marker)
+    seen = run(sandbox.exec(["sh", "-c", "cat /proc/[0-9]*/cmdline | tr '\\0' ' '"]))
+    assert marker in seen.stdout, "a later command sees it, as in one container"
+    run(sandbox.stop())
     assert host_procs(marker) == ""
+
+
+def test_a_server_left_running_is_reached_by_later_commands(backend, sandbox, run):
+    if backend.name == "docker":
+        pytest.skip("docker: a command's leftovers still end with it")
+    r = run(sandbox.exec("python3 -m http.server 8765 --bind 127.0.0.1 >/dev/null 2>&1 & "
+                         "echo started", timeout_sec=30))
+    assert r.ok and r.duration_sec < 5
+    fetch = ("import time, urllib.request\n"
+             "for _ in range(100):\n"
+             "    try:\n"
+             "        print(urllib.request.urlopen('http://127.0.0.1:8765/').status); break\n"
+             "    except OSError: time.sleep(0.1)\n")
+    for network in ("none", "outbound"):
+        r = run(sandbox.exec(["python3", "-c", fetch], network=network, timeout_sec=60))
+        assert r.stdout.strip() == "200", (network, r)
+
+
+def test_output_held_open_by_a_leftover_does_not_hold_the_command(sandbox, run):
+    r = run(sandbox.exec("sleep 300 & echo done", timeout_sec=30))
+    assert r.ok and r.stdout == "done\n"
+    assert r.duration_sec < 5
+
+
+def test_a_commands_own_mounts_are_out_of_every_other_process_reach(backend, make_sandbox,
+                                                                     run, tmp_path):
+    """The verifier's way of running: what the agent left running can neither see its
+    tests (not even through /proc/<pid>/root) nor write its reward, while it sees them."""
+    sandbox = make_sandbox(mount_points=("/tests", "/logs/verifier"))
+    forger = ("while :; do echo 1 > /logs/verifier/reward.txt; ls -A /tests > /tmp/seen; "
+              "for p in /proc/[0-9]*; do ls -A $p/root/tests >> /tmp/seen; done; "
+              "sleep 0.05; done")
+    run(sandbox.exec(f"nohup sh -c '{forger}' sandlot-forger >/dev/null 2>&1 &",
+                     timeout_sec=30))
+    tests, logs = tmp_path / "tests", tmp_path / "logs"
+    tests.mkdir()
+    logs.mkdir()
+    (tests / "test.sh").write_text(
+        "echo 0 > /logs/verifier/reward.txt; sleep 1; cat /logs/verifier/reward.txt; "
+        "ls /tests; grep -qs sandlot-forger /proc/[0-9]*/cmdline && echo seen; true\n")
+    r = run(sandbox.exec(["bash", "/tests/test.sh"], timeout_sec=60,
+                         mounts={"/tests": tests, "/logs/verifier": logs}))
+    lives_on = backend.name != "docker"  # docker: a command's leftovers end with it
+    assert r.ok and r.stdout == "0\ntest.sh\n" + "seen\n" * lives_on, r
+    assert (logs / "reward.txt").read_text() == "0\n"
+    seen = run(sandbox.exec("cat /tmp/seen 2>/dev/null; ls -A /tests"))
+    assert "test.sh" not in seen.stdout, "the tests were seen outside their command"
+    if backend.name != "docker":
+        # The mount points stay: they cannot be removed or swapped for a link elsewhere.
+        r = run(sandbox.exec("rm -rf /logs /tests; ln -sfn /etc /logs/verifier 2>&1; "
+                             "test -d /logs/verifier -a ! -L /logs/verifier && echo kept"))
+        assert "kept" in r.stdout
+    r = run(sandbox.exec(["cat", "/logs/verifier/reward.txt"],
+                         mounts={"/tests": tests, "/logs/verifier": logs}))
+    assert r.stdout == "0\n"
+    with pytest.raises(SandboxError, match="mount point"):
+        run(sandbox.exec(["true"], mounts={"/etc": tests}))
 
 
 def test_exec_timeout_kills_the_whole_tree_quickly(sandbox, run):
@@ -600,8 +664,10 @@ def test_memory_limit_is_hit_and_named(make_sandbox, run):
 
 def test_pids_limit_is_hit_and_named(make_sandbox, run):
     sandbox = make_sandbox(pids_max=50)
-    r = run(sandbox.exec(["sh", "-c", "i=0; while [ $i -lt 200 ]; do sleep 5 & "
-                          "i=$((i+1)); done; echo forked"], timeout_sec=30))
+    # The forks run in a subshell (a shell that cannot fork exits); the outer shell then
+    # ends the sleepers, which would otherwise live on, as in a container.
+    r = run(sandbox.exec(["sh", "-c", "(i=0; while [ $i -lt 200 ]; do sleep 300 & "
+                          "i=$((i+1)); done); trap '' TERM; kill 0; wait"], timeout_sec=30))
     assert r.limit_hit == "pids"
     assert r.duration_sec < 10
     assert run(sandbox.exec(["true"])).limit_hit is None, "the limit is reported once"

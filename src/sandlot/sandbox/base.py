@@ -6,9 +6,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-#: none: no network at all; loopback: the sandbox's own loopback, shared by its commands,
-#: where sandlot serves the model gateway; outbound: loopback plus NAT to the internet
-#: (never the host's own loopback).
+#: none and loopback: the sandbox's own loopback only, shared by all its commands (where
+#: sandlot serves the model gateway, and where a server the agent started is reached);
+#: outbound: loopback plus NAT to the internet (never the host's own loopback).
 Network = Literal["none", "loopback", "outbound"]
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -54,6 +54,9 @@ class SandboxSpec:
     masked_paths: tuple[Path, ...] = ()
     #: Read-only layers (oldest last) stacked over the base image, e.g. a cached build.
     layers: tuple[Path, ...] = ()
+    #: Where a command may mount host folders of its own (exec `mounts`): the verifier's
+    #: /tests and /logs/verifier. Fixed at start, so no command can move them.
+    mount_points: tuple[str, ...] = ()
 
 
 class SandboxProcess(Protocol):
@@ -107,15 +110,24 @@ class Sandbox(Protocol):
         network: Network = "none",
         stdin: bytes | None = None,
         max_output_bytes: int = 8 * 1024 * 1024,
+        mounts: dict[str, Path] | None = None,
     ) -> ExecResult:
         """Run `command` (argv, or a string for `bash -c`) inside the sandbox.
+
+        What the command leaves running in the background lives on, as in a container
+        (a server the agent started is there for the verifier).
 
         Args:
             timeout_sec: kill the command and all it started after this long.
             env: added to the sandbox's env for this command only.
             cwd: working directory; defaults to the spec's workdir.
             user: run as this user instead of root.
-            network: "none" (loopback only) or "outbound" (NAT, host loopback unreachable).
+            network: "none"/"loopback" (the sandbox's loopback only) or "outbound" (NAT,
+                host loopback unreachable).
+            mounts: sandbox path (one of the spec's mount_points) -> host folder, seen by
+                this command alone: no other process of the sandbox can read or write
+                them, and what the command writes there is in the host folder after it.
+                Such a command is scored apart: nothing it starts outlives it.
         Raises: SandboxError if the command could not be started at all.
         """
         ...

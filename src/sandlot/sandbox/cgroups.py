@@ -146,6 +146,23 @@ class CgroupLimits:
             pids = read_int_field(self.groups["pids"] / "pids.events", "max")
         return oom, pids
 
+    def kill_all(self) -> None:
+        """SIGKILL every process in the groups (they stay, empty, for their counters)."""
+        parents = _parents()
+        for group in self.groups.values():
+            check_cgroup_is_ours(group, parents)
+            for _ in range(50):
+                try:
+                    pids = [int(p) for p in (group / "cgroup.procs").read_text().split()]
+                except OSError:
+                    pids = []
+                if not pids:
+                    break
+                for pid in pids:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+                time.sleep(0.01)
+
     def destroy(self) -> None:
         for group in self.groups.values():
             kill_and_remove(group)

@@ -523,13 +523,48 @@ class DockerSandbox:
         network: Network = "none",
         stdin: bytes | None = None,
         max_output_bytes: int = 8 * 1024 * 1024,
+        mounts: dict[str, Path] | None = None,
     ) -> ExecResult:
         self._check_running()
         await self._set_network(network)
         argv = command if isinstance(command, list) else ["bash", "-c", command]
-        return await self._run(argv, timeout_sec=timeout_sec, env=env,
-                               cwd=cwd or self.spec.workdir, user=user, stdin=stdin,
-                               max_output_bytes=max_output_bytes)
+        if not mounts:
+            return await self._run(argv, timeout_sec=timeout_sec, env=env,
+                                   cwd=cwd or self.spec.workdir, user=user, stdin=stdin,
+                                   max_output_bytes=max_output_bytes)
+        for inside in mounts:
+            if inside.rstrip("/") not in self.spec.mount_points:
+                raise SandboxError(f"cannot mount at {inside}: not one of the sandbox's mount "
+                                   f"points ({', '.join(self.spec.mount_points) or 'none'})")
+        # A running container gets no new mounts: the folders are copied in, and back out
+        # after. As nothing a command starts outlives it here (see _ended), no other
+        # process is left to see them in between.
+        for inside, host in mounts.items():
+            await self.upload(host, inside)
+            owner = host.stat()
+            if owner.st_uid or owner.st_gid:  # upload makes root the owner: keep the host's
+                os.chown(self.host_path(inside), owner.st_uid, owner.st_gid,
+                         follow_symlinks=False)
+        try:
+            return await self._run(argv, timeout_sec=timeout_sec, env=env,
+                                   cwd=cwd or self.spec.workdir, user=user, stdin=stdin,
+                                   max_output_bytes=max_output_bytes)
+        finally:
+            await asyncio.shield(self._copy_back(mounts))
+
+    async def _copy_back(self, mounts: dict[str, Path]) -> None:
+        """A command's own folders back to the host, and out of the container."""
+        for inside, host in mounts.items():
+            fresh = host.with_name(f".{host.name}.out")
+            await self.engine.call(remove_tree, fresh, ignore_errors=True)
+            try:
+                await self.download(inside, fresh)
+            except SandboxError:
+                fresh.mkdir(exist_ok=True)
+            await self.engine.call(remove_tree, host)
+            fresh.rename(host)
+            await self.remove(inside)
+            await self.mkdir(inside)
 
     async def _run(self, argv: list[str], *, timeout_sec: float | None = None,
                    env: dict[str, str] | None = None, cwd: str | None = None,

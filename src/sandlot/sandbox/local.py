@@ -1,9 +1,12 @@
 """The local sandbox: bubblewrap namespaces over a per-trial overlay of the host's root.
 
-A long-lived "holder" process owns a private mount namespace (where the overlay is mounted)
-and a network namespace (where slirp4netns gives NAT when a phase needs outbound access).
-Every exec enters the holder's mount namespace and starts bwrap with its own PID namespace,
-so when an exec ends or times out, every process it started dies with it.
+A long-lived "holder" process owns a private mount namespace (where the overlay is mounted),
+a network namespace (where slirp4netns gives NAT when a phase needs outbound access) and a
+PID namespace. Inside it runs the container: bwrap's init in a PID namespace of its own,
+rooted in the overlay. Every exec enters the holder's mount namespace and starts bwrap in
+the container's PID namespace, with a mount namespace of its own (where a verifier's private
+folders are mounted). What a command leaves running lives on, as in a container, until the
+sandbox stops; a command that times out is killed with every process below it.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import itertools
 import os
 import shlex
 import shutil
@@ -23,12 +27,23 @@ from pathlib import Path
 from typing_extensions import override
 
 from sandlot.errors import SandboxDiskFull, SandboxError
-from sandlot.hostguard import check_private_netns, remove_tree, signal_child_group
+from sandlot.hostguard import (
+    check_private_netns,
+    child_pids,
+    kill_child_tree,
+    remove_tree,
+    signal_child_group,
+)
 from sandlot.sandbox import egress
 from sandlot.sandbox.base import DEFAULT_PATH, ExecResult, LimitKind, Network, SandboxSpec
 from sandlot.sandbox.cgroups import CgroupLimits
 from sandlot.sandbox.changes import Change, walk_upper
-from sandlot.sandbox.procutil import CGROUP_JOIN_FAILED, die_with_sandlot, read_capped
+from sandlot.sandbox.procutil import (
+    CGROUP_JOIN_FAILED,
+    CappedReader,
+    die_with_sandlot,
+    wait_exited,
+)
 
 #: Host paths every sandbox sees as empty folders: no host secrets, no host HOME.
 DEFAULT_MASKS = ("/root", "/home", "/tmp", "/var/tmp", "/run", "/mnt", "/media", "/srv",
@@ -38,6 +53,13 @@ DEFAULT_MASKS = ("/root", "/home", "/tmp", "/var/tmp", "/run", "/mnt", "/media",
 CAPS = ("CHOWN", "DAC_OVERRIDE", "FSETID", "FOWNER", "NET_RAW", "SETGID", "SETUID",
         "SETFCAP", "SETPCAP", "NET_BIND_SERVICE", "SYS_CHROOT", "KILL", "AUDIT_WRITE")
 SLIRP_DNS = "10.0.2.3"
+#: What the container's init runs: nothing, until commands join it (Harbor's `sleep infinity`).
+IDLE_COMMAND = ("sleep", "infinity")
+#: /dev/shm's size, Docker's default.
+SHM_SIZE = "64m"
+#: How long a command's output is still read after it exited while a process it left
+#: running holds its stdout or stderr open.
+OUTPUT_GRACE_SEC = 0.25
 #: The environment of the nsenter/bwrap launcher: nothing of sandlot's own (bwrap's init
 #: is PID 1 inside, and /proc/1/environ is readable there). Commands get --setenv only.
 LAUNCH_ENV = {"PATH": DEFAULT_PATH}
@@ -159,6 +181,11 @@ _REAPER = (
 )
 
 
+#: PID 1 of the namespace the container's is nested in: reaps what a verifier leaves
+#: behind; it ends when the holder's namespace does.
+_OUTER_REAPER = _REAPER.replace("while os.read(0,4096): pass\n", "while True: signal.pause()\n")
+
+
 def _reaper_command() -> str:
     """The shell words that exec the reaper with sandlot's own interpreter (-I -S: no
     environment, no site packages; it starts in ~10 ms)."""
@@ -245,19 +272,17 @@ class LocalProcess:
         return self._proc.returncode
 
     async def wait(self) -> int:
-        return await self._proc.wait()
-
-    def _signal(self, sig: int) -> None:
-        if self._proc.returncode is None:
-            signal_child_group(self._proc.pid, sig)
+        return await wait_exited(self._proc)
 
     async def terminate(self) -> None:
-        self._signal(signal.SIGTERM)
+        if self._proc.returncode is None:
+            signal_child_group(self._proc.pid, signal.SIGTERM)
 
     async def kill(self) -> None:
-        self._signal(signal.SIGKILL)
+        if self._proc.returncode is None:
+            kill_child_tree(self._proc.pid)
         with contextlib.suppress(Exception):
-            await self._proc.wait()
+            await wait_exited(self._proc)
 
     def limit_hit(self) -> LimitKind | None:
         if self._cgroups is not None:
@@ -290,6 +315,16 @@ class LocalSandbox:
         self._disk: Path | None = None
         #: The egress filter being installed (started with the sandbox).
         self._egress: asyncio.Future[object] | None = None
+        #: The container's launcher, and the host pid of its init (PID 1 inside).
+        self._container: asyncio.subprocess.Process | None = None
+        self._outer: asyncio.subprocess.Process | None = None
+        self._init_pid: int | None = None
+        #: Host pid of PID 1 of the namespace the container's is nested in (see
+        #: _start_container): where a command with mounts of its own runs.
+        self._outer_pid: int | None = None
+        #: Pipes of finished commands still held open by processes they left running.
+        self._drains: dict[asyncio.subprocess.Process, tuple[CappedReader, ...]] = {}
+        self._private_ids = itertools.count(1)
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -347,8 +382,13 @@ class LocalSandbox:
                        f'workdir={self._layer_work}" "{layer_view}" || exit 96; ')
             lower = str(layer_view)
         opts = f"lowerdir={lower},upperdir={upper},workdir={work}"
+        shm = self.scratch / "shm"
+        shm.mkdir(exist_ok=True)
         script += (
             f'mount -t overlay overlay -o "{opts}" "{self._merged}" || exit 97; '
+            # One /dev/shm for the whole sandbox, as a container has (Docker's 64 MB).
+            f'mount -t tmpfs -o mode=1777,nosuid,nodev,size={SHM_SIZE} shm "{shm}" '
+            "|| exit 98; "
             # Then the holder becomes PID 1 of the sandbox's PID namespace, where every
             # exec's bwrap starts (see _REAPER).
             f"ip link set lo up 2>/dev/null; echo ready; exec {_reaper_command()}"
@@ -384,7 +424,13 @@ class LocalSandbox:
                     err = await asyncio.wait_for(self._holder.stderr.read(4096), 2)
             await self.stop()
             raise SandboxError(f"overlay mount failed: {err.decode(errors='replace').strip()}")
-        await asyncio.to_thread(self._prepare_root)
+        try:
+            await asyncio.to_thread(self._prepare_root)
+            await self._pin_mount_points()
+            await self._start_container()
+        except (SandboxError, OSError) as exc:
+            await self.stop()
+            raise SandboxError(str(exc)) from exc
         if not self._keep_upper:
             # Off the critical path: nearly every trial goes outbound (its verifier), and
             # nft takes ~20 ms; the first outbound command waits for it (_ensure_network).
@@ -459,6 +505,50 @@ class LocalSandbox:
                 resolv.unlink()
             resolv.write_text(f"nameserver {SLIRP_DNS}\n")
 
+    def _mount_point_chain(self) -> list[str]:
+        """The spec's mount points and their parents, parents first."""
+        chain: list[str] = []
+        for point in (*self.spec.mount_points, *self.spec.binds.values()):
+            parts = [p for p in point.split("/") if p]
+            for depth in range(1, len(parts) + 1):
+                path = "/" + "/".join(parts[:depth])
+                if path not in chain:
+                    chain.append(path)
+        return sorted(chain, key=lambda p: p.count("/"))
+
+    async def _pin_mount_points(self) -> None:
+        """Make each mount point (and its parents) a real folder that is a mount point
+        itself, before any command runs: no command can then move, remove or replace it
+        with a symlink, and bwrap mounts a verifier's folders exactly there (a symlink on
+        the way would have it mount, or even create folders, elsewhere)."""
+        chain = self._mount_point_chain()
+        if not chain:
+            return
+        root = self.host_path("/")
+        for path in chain:
+            target = root / path.lstrip("/")
+            if target.is_symlink() or (target.exists() and not target.is_dir()):
+                await asyncio.to_thread(remove_tree, target)
+            target.mkdir(exist_ok=True)
+        self._setup_paths |= set(chain)
+        assert self._holder is not None
+        merged = str(self._merged)
+        script = "; ".join(f'mount --bind "{merged}{p}" "{merged}{p}" || exit 1' for p in chain)
+        proc = await asyncio.create_subprocess_exec(
+            "nsenter", f"--mount=/proc/{self._holder.pid}/ns/mnt", "/bin/sh", "-c", script,
+            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.PIPE, env=LAUNCH_ENV)
+        _, err = await proc.communicate()
+        if proc.returncode != 0:
+            raise SandboxError(f"cannot pin the sandbox's mount points: {err.decode().strip()}")
+
+    def _check_mount_points(self, paths: list[str]) -> None:
+        """A command's own mounts go only where the spec said (pinned at start)."""
+        for path in paths:
+            if path.rstrip("/") not in self.spec.mount_points:
+                raise SandboxError(f"cannot mount at {path}: not one of the sandbox's mount "
+                                   f"points ({', '.join(self.spec.mount_points) or 'none'})")
+
     def host_path(self, sandbox_path: str) -> Path:
         """Where `sandbox_path` is reachable from the host: through the holder's mounts.
 
@@ -472,6 +562,13 @@ class LocalSandbox:
 
     @override
     async def stop(self) -> None:
+        for proc, readers in self._drains.items():
+            for reader in readers:
+                reader.cancel()
+            transport = getattr(proc, "_transport", None)
+            if transport is not None:
+                transport.close()
+        self._drains.clear()
         if self._egress is not None and not self._egress.done():
             self._egress.cancel()
         if self._egress is not None:
@@ -485,6 +582,7 @@ class LocalSandbox:
                              self._stop_holder(), return_exceptions=True)
         self._slirp = None
         self._holder = None
+        await self._reap_container()
         if self._cgroups is not None:
             await asyncio.to_thread(self._cgroups.destroy)
             self._cgroups = None
@@ -506,6 +604,20 @@ class LocalSandbox:
                 with contextlib.suppress(ProcessLookupError):
                     holder.kill()
                 await holder.wait()
+
+    async def _reap_container(self) -> None:
+        """The container's launchers end with the holder's namespace; reap them."""
+        launchers = (self._container, self._outer)
+        self._container = self._outer = None
+        self._init_pid = self._outer_pid = None
+        for launcher in launchers:
+            if launcher is None or launcher.returncode is not None:
+                continue
+            try:
+                await asyncio.wait_for(wait_exited(launcher), 10)
+            except TimeoutError:
+                kill_child_tree(launcher.pid)
+                await wait_exited(launcher)
 
     def _remove_scratch(self) -> None:
         if self._layer_work is not None:
@@ -578,40 +690,134 @@ class LocalSandbox:
             return None
         return f"/proc/{self._holder.pid}/ns/net"
 
-    # -- exec ------------------------------------------------------------------------------
+    # -- the container ----------------------------------------------------------------------
 
-    def _bwrap_argv(self, command: list[str], env: dict[str, str], cwd: str, user: str | None,
-                    network: Network) -> list[str]:
-        assert self._holder is not None
-        pid = self._holder.pid
-        # bwrap starts in the holder's PID namespace (nsenter forks it there) and nests
-        # its own sandbox in it, so whatever an exec starts dies with the holder,
-        # whatever moment sandlot died in.
-        argv = ["nsenter", f"--pid=/proc/{pid}/ns/pid_for_children",
-                f"--mount=/proc/{pid}/ns/mnt"]
-        if network in ("loopback", "outbound"):
-            argv.append(f"--net=/proc/{pid}/ns/net")
+    def _mount_args(self, binds: dict[str, str]) -> list[str]:
+        """bwrap's view of the sandbox: its root, a fresh /dev and /proc (of the sandbox's
+        PID namespace), the shared /dev/shm, and `binds` (host folder -> sandbox path)."""
         # /sys/class/net would list the host's interfaces (names, MACs): hide it.
-        argv += ["bwrap", "--bind", str(self._merged), "/", "--dev", "/dev",
-                 # POSIX shared memory, writable by every user as in a container.
-                 "--perms", "1777", "--tmpfs", "/dev/shm", "--proc", "/proc",
-                 # Kernel-wide settings (core_pattern...) must not be writable from inside.
-                 "--ro-bind", "/proc/sys", "/proc/sys",
-                 "--ro-bind-try", "/proc/sysrq-trigger", "/proc/sysrq-trigger",
-                 "--ro-bind", "/sys", "/sys", "--tmpfs", "/sys/class/net"]
-        for host, inside in self.spec.binds.items():
-            argv += ["--bind", str(host), inside]
-        argv += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
-                 "--hostname", "sandbox", "--die-with-parent", "--new-session",
-                 "--cap-drop", "ALL"]
-        if network == "none":
-            argv.append("--unshare-net")
+        argv = ["--bind", str(self._merged), "/", "--dev", "/dev",
+                "--bind", str(self.scratch / "shm"), "/dev/shm", "--proc", "/proc",
+                # Kernel-wide settings (core_pattern...) must not be writable from inside.
+                "--ro-bind", "/proc/sys", "/proc/sys",
+                "--ro-bind-try", "/proc/sysrq-trigger", "/proc/sysrq-trigger",
+                "--ro-bind", "/sys", "/sys", "--tmpfs", "/sys/class/net"]
+        for host, inside in binds.items():
+            argv += ["--bind", host, inside]
+        return argv
+
+    def _process_args(self, env: dict[str, str], cwd: str) -> list[str]:
+        """Capabilities (Docker's default set), environment and folder of a process."""
+        argv = ["--die-with-parent", "--new-session", "--cap-drop", "ALL"]
         for cap in CAPS:
             argv += ["--cap-add", f"CAP_{cap}"]
         argv.append("--clearenv")
         for key, value in env.items():
             argv += ["--setenv", key, value]
-        argv += ["--chdir", cwd, "--"]
+        return [*argv, "--chdir", cwd]
+
+    def _binds(self, mounts: dict[str, Path] | None = None) -> dict[str, str]:
+        binds = {str(host): inside for host, inside in self.spec.binds.items()}
+        binds.update({str(host): inside for inside, host in (mounts or {}).items()})
+        return binds
+
+    async def _start_container(self) -> None:
+        """The sandbox's own PID namespace, its PID 1 bwrap's init (rooted in the sandbox,
+        like the init of `docker run --init`), running IDLE_COMMAND.
+
+        Every command joins this namespace, so what one leaves running (a server started in
+        the background) goes on, adopted by that init, as in a container. It is nested in
+        an outer one (PID 1 a reaper with every capability), itself nested in the
+        holder's, so it all dies with the holder. A command with mounts of its own (the
+        verifier) runs in the outer namespace: it sees every process of the container, and
+        none of them sees it (nor, through /proc/<pid>/root, its mounts). bwrap's
+        arguments come from a file (--args): no host path shows in /proc/<pid>/cmdline.
+        """
+        assert self._holder is not None
+        holder = self._holder.pid
+        enter = ["nsenter", f"--pid=/proc/{holder}/ns/pid_for_children",
+                 f"--mount=/proc/{holder}/ns/mnt", f"--net=/proc/{holder}/ns/net"]
+        cg = self._cgroups
+        try:
+            self._outer = await asyncio.create_subprocess_exec(
+                *die_with_sandlot([*enter, "unshare", "--pid", "--fork", "--kill-child",
+                                   sys.executable, "-I", "-S", "-c", _OUTER_REAPER],
+                                  cg.procs_files if cg else None),
+                stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
+                stderr=asyncio.subprocess.DEVNULL, env=LAUNCH_ENV, start_new_session=True)
+        except OSError as exc:
+            raise SandboxError(f"cannot start the sandbox's PID namespace: {exc}") from exc
+        self._outer_pid = await self._find_pid_one(self._outer, "the sandbox's PID namespace")
+        args = [*self._mount_args(self._binds()), "--unshare-pid", "--unshare-ipc",
+                "--unshare-uts", "--unshare-cgroup-try", "--hostname", "sandbox",
+                *self._process_args(self._env(None), self.spec.workdir)]
+        args_file = self.scratch / "container.args"
+        args_file.write_bytes(b"".join(a.encode() + b"\0" for a in args))
+        fd = os.open(args_file, os.O_RDONLY)
+        outer_ns = os.open(f"/proc/{self._outer_pid}/ns/pid", os.O_RDONLY)
+        try:
+            with (self.scratch / "container.log").open("wb") as log:
+                self._container = await asyncio.create_subprocess_exec(
+                    *die_with_sandlot([*enter, "bwrap", "--pidns", str(outer_ns), "--args",
+                                       str(fd), "--", *IDLE_COMMAND],
+                                      cg.procs_files if cg else None),
+                    stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=log,
+                    env=LAUNCH_ENV, start_new_session=True, pass_fds=(fd, outer_ns))
+        except OSError as exc:
+            raise SandboxError(f"cannot start the sandbox's container: {exc}") from exc
+        finally:
+            os.close(fd)
+            os.close(outer_ns)
+        self._init_pid = await self._find_pid_one(self._container, "the sandbox's container",
+                                                  running_child=True)
+
+    async def _find_pid_one(self, launcher: asyncio.subprocess.Process, what: str,
+                            running_child: bool = False) -> int:
+        """Host pid of the PID 1 that `launcher` starts, a namespace below the one it
+        enters: the outer reaper (nsenter -> unshare -> reaper), or the container's init,
+        adopted by that reaper once bwrap's middle process exits, with `running_child`
+        once it runs a child (IDLE_COMMAND: the sandbox's mounts are in place)."""
+        parent = launcher.pid if self._outer_pid is None else self._outer_pid
+        depth = 2 if self._outer_pid is None else 1
+        around = os.stat(f"/proc/{launcher.pid}/ns/pid_for_children").st_ino
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and launcher.returncode is None:
+            with contextlib.suppress(OSError):
+                if self._outer_pid is not None:
+                    around = os.stat(f"/proc/{self._outer_pid}/ns/pid").st_ino
+                found = [parent]
+                for _ in range(depth):
+                    found = [child for pid in found for child in child_pids(pid)]
+                for pid in found:
+                    if os.stat(f"/proc/{pid}/ns/pid").st_ino != around and (
+                            not running_child or child_pids(pid)):
+                        return pid
+            await asyncio.sleep(0.005)
+        log = ""
+        if launcher is self._container:
+            log = (self.scratch / "container.log").read_text(errors="replace")[-2000:].strip()
+        raise SandboxError(f"{what} did not start: {log or 'no output'}")
+
+    def _container_alive(self) -> bool:
+        return (self._container is not None and self._container.returncode is None
+                and self._outer is not None and self._outer.returncode is None
+                and self._init_pid is not None)
+
+    # -- exec ------------------------------------------------------------------------------
+
+    def _exec_argv(self, command: list[str], env: dict[str, str], cwd: str, user: str | None,
+                   mounts: dict[str, Path] | None, pidns_fd: int) -> list[str]:
+        """A command in the container: its PID, IPC, UTS and network namespaces; its own
+        mount namespace (the same root, plus `mounts` only it sees)."""
+        assert self._holder is not None and self._init_pid is not None
+        holder, init = self._holder.pid, self._init_pid
+        # bwrap itself runs in the holder's PID namespace, whose numbers the holder's /proc
+        # (the one it reads) shows, and puts the command in the container's, nested in it.
+        argv = ["nsenter", f"--pid=/proc/{holder}/ns/pid_for_children",
+                f"--mount=/proc/{holder}/ns/mnt", f"--net=/proc/{holder}/ns/net",
+                f"--ipc=/proc/{init}/ns/ipc", f"--uts=/proc/{init}/ns/uts",
+                "bwrap", "--pidns", str(pidns_fd), *self._mount_args(self._binds(mounts)),
+                "--unshare-cgroup-try", *self._process_args(env, cwd), "--"]
         if user is not None:
             # Looked up inside: the Dockerfile (or sandlot.sandbox.users) may add users.
             argv += ["sh", "-c", _AS_USER, user]
@@ -639,33 +845,45 @@ class LocalSandbox:
         network: Network = "none",
         stream_limit: int = 64 * 1024 * 1024,
     ) -> LocalProcess:
-        proc = await self._launch(command, env, cwd, user, network, stdin_pipe=True,
-                                  stream_limit=stream_limit)
+        proc = await self._launch(command, env, cwd, user, network, None, self._cgroups,
+                                  stdin_pipe=True, stream_limit=stream_limit)
         return LocalProcess(proc, self._cgroups, self.disk_full if self._disk else None)
 
     async def _launch(self, command: list[str], env: dict[str, str] | None, cwd: str | None,
-                      user: str | None, network: Network, *, stdin_pipe: bool,
+                      user: str | None, network: Network, mounts: dict[str, Path] | None,
+                      cgroups: CgroupLimits | None, *, stdin_pipe: bool,
                       stream_limit: int = 2 ** 16) -> asyncio.subprocess.Process:
-        """Start `command` in a fresh bwrap inside the holder's namespaces, in the trial's
-        cgroups, with the network the call asks for (what exec and start_process share)."""
+        """Start `command` in the container, in `cgroups`, with the network the call asks
+        for (what exec and start_process share)."""
         if self._holder is None or self._holder.returncode is not None:
             raise SandboxError("sandbox is not running")
+        if not self._container_alive():
+            raise SandboxError("the sandbox's container is gone (its init exited)")
         if network == "outbound":
             await self._ensure_network()
-        elif network == "loopback":
+        else:
             await self._drop_network()
-        full = self._bwrap_argv(command, self._env(env, user), cwd or self.spec.workdir, user,
-                                network)
-        cg = self._cgroups
+        if mounts:
+            await asyncio.to_thread(self._check_mount_points, list(mounts))
+        pid_one = self._outer_pid if mounts else self._init_pid
+        try:
+            pidns_fd = os.open(f"/proc/{pid_one}/ns/pid", os.O_RDONLY)
+        except OSError as exc:
+            raise SandboxError(f"the sandbox's container is gone: {exc}") from exc
+        full = self._exec_argv(command, self._env(env, user), cwd or self.spec.workdir, user,
+                               mounts, pidns_fd)
         try:
             return await asyncio.create_subprocess_exec(
-                *die_with_sandlot(full, cg.procs_files if cg else None),
+                *die_with_sandlot(full, cgroups.procs_files if cgroups else None),
                 stdin=asyncio.subprocess.PIPE if stdin_pipe else asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
                 limit=stream_limit, env=LAUNCH_ENV, start_new_session=True,
+                pass_fds=(pidns_fd,),
             )
         except OSError as exc:
             raise SandboxError(f"cannot start bwrap: {exc}") from exc
+        finally:
+            os.close(pidns_fd)
 
     @override
     async def exec(
@@ -679,35 +897,53 @@ class LocalSandbox:
         network: Network = "none",
         stdin: bytes | None = None,
         max_output_bytes: int = 8 * 1024 * 1024,
+        mounts: dict[str, Path] | None = None,
     ) -> ExecResult:
         argv = command if isinstance(command, list) else ["bash", "-c", command]
-        cg = self._cgroups
+        # A command with mounts of its own (the verifier) is apart from the rest: out of
+        # their sight (see _start_container), its own resource groups, so what the agent
+        # left running cannot starve it, and nothing it starts outlives it.
+        cg = (CgroupLimits.create(f"{self.spec.name}-x{next(self._private_ids)}",
+                                  self.spec.memory_mb, self.spec.cpus, self.spec.pids_max)
+              if mounts else self._cgroups)
+        try:
+            return await self._exec_in(argv, cg, timeout_sec, env, cwd, user, network, stdin,
+                                       max_output_bytes, mounts)
+        finally:
+            if mounts and cg is not None:
+                await asyncio.to_thread(cg.destroy)
+
+    async def _exec_in(self, argv: list[str], cg: CgroupLimits | None,
+                       timeout_sec: float | None, env: dict[str, str] | None, cwd: str | None,
+                       user: str | None, network: Network, stdin: bytes | None,
+                       max_output_bytes: int, mounts: dict[str, Path] | None) -> ExecResult:
         before = cg.counters() if cg else (0, 0)
         disk_full_before = self.disk_full()
         started = time.monotonic()
-        proc = await self._launch(argv, env, cwd, user, network, stdin_pipe=stdin is not None)
+        proc = await self._launch(argv, env, cwd, user, network, mounts, cg,
+                                  stdin_pipe=stdin is not None)
         # stdin is fed beside the readers, under the timeout: a command echoing a large
         # input back must not block on a full stdout pipe while we still write.
         feeder = asyncio.ensure_future(_feed(proc.stdin, stdin))
-        readers = asyncio.gather(read_capped(proc.stdout, max_output_bytes),
-                                 read_capped(proc.stderr, max_output_bytes))
+        readers = (CappedReader(proc.stdout, max_output_bytes),
+                   CappedReader(proc.stderr, max_output_bytes))
         timed_out = False
         try:
             async with asyncio.timeout(timeout_sec):
-                await proc.wait()
+                await wait_exited(proc)
         except TimeoutError:
             timed_out = True
         finally:
             feeder.cancel()
             if proc.returncode is None:
-                signal_child_group(proc.pid, signal.SIGKILL)
-                await proc.wait()
-        try:
-            (out, out_trunc), (err, err_trunc) = await asyncio.wait_for(readers, 10)
-        except TimeoutError:
-            out, out_trunc, err, err_trunc = b"", True, b"", True
-        if proc.returncode == CGROUP_JOIN_FAILED and err.startswith(b"sandlot: cannot join"):
-            raise SandboxError(err.decode(errors="replace").strip())
+                kill_child_tree(proc.pid)
+                await wait_exited(proc)
+        if mounts and cg is not None:
+            await asyncio.to_thread(cg.kill_all)
+        out, err = await asyncio.gather(*(r.collect(OUTPUT_GRACE_SEC) for r in readers))
+        # A process the command left running may hold its pipes: read on, discarding.
+        if not all(r.done for r in readers):
+            self._drains[proc] = readers
         after = cg.counters() if cg else (0, 0)
         limit = None
         if after[0] > before[0]:
@@ -716,11 +952,13 @@ class LocalSandbox:
             limit = "pids"
         elif not disk_full_before and self.disk_full():
             limit = "disk"
+        if proc.returncode == CGROUP_JOIN_FAILED and err.startswith(b"sandlot: cannot join"):
+            raise SandboxError(err.decode(errors="replace").strip())
         return ExecResult(
             stdout=out.decode(errors="replace"), stderr=err.decode(errors="replace"),
             exit_code=None if timed_out else proc.returncode,
             duration_sec=time.monotonic() - started, timed_out=timed_out, limit_hit=limit,
-            truncated=out_trunc or err_trunc,
+            truncated=readers[0].truncated or readers[1].truncated,
         )
 
     # -- files -----------------------------------------------------------------------------

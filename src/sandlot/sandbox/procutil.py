@@ -53,3 +53,78 @@ async def read_capped(stream: asyncio.StreamReader | None, limit: int) -> tuple[
         else:
             truncated = True
     return b"".join(chunks), truncated
+
+
+async def wait_exited(proc: asyncio.subprocess.Process, poll_sec: float = 0.01) -> int:
+    """The exit code of `proc` as soon as it exits, whoever still holds its pipes.
+
+    asyncio's `wait()` (3.11) returns only once stdout and stderr reach EOF; a command's
+    background children inherit them, so `wait()` would last as long as they do.
+    """
+    if proc.returncode is not None:
+        return proc.returncode
+    loop = asyncio.get_running_loop()
+    try:
+        pidfd = os.pidfd_open(proc.pid)
+    except OSError:
+        pidfd = None
+    if pidfd is not None:
+        exited = loop.create_future()
+        loop.add_reader(pidfd, lambda: exited.done() or exited.set_result(None))
+        try:
+            await exited
+        finally:
+            loop.remove_reader(pidfd)
+            os.close(pidfd)
+    # Exited; the child watcher reaps it and sets the code a moment later.
+    while proc.returncode is None:
+        await asyncio.sleep(poll_sec)
+    return proc.returncode
+
+
+class CappedReader:
+    """Reads one pipe in the background, keeping at most `limit` bytes (the head).
+
+    `collect` returns what came once the pipe reaches EOF, or after `grace` seconds of a
+    pipe still held open by a process the command left running; reading then goes on,
+    discarding, so that process never blocks on a full pipe (a server logging requests).
+    """
+
+    def __init__(self, stream: asyncio.StreamReader | None, limit: int) -> None:
+        self._chunks: list[bytes] = []
+        self._size = 0
+        self._limit = limit
+        self.truncated = False
+        self._collected = False
+        self._task = asyncio.ensure_future(self._read(stream))
+
+    async def _read(self, stream: asyncio.StreamReader | None) -> None:
+        if stream is None:
+            return
+        while True:
+            chunk = await stream.read(65536)
+            if not chunk:
+                return
+            if self._collected:
+                continue
+            if self._size < self._limit:
+                keep = chunk[: self._limit - self._size]
+                self._chunks.append(keep)
+                self._size += len(keep)
+                self.truncated = self.truncated or len(keep) < len(chunk)
+            else:
+                self.truncated = True
+
+    async def collect(self, grace: float) -> bytes:
+        """What was read by EOF, or by `grace` seconds from now if EOF has not come."""
+        await asyncio.wait([self._task], timeout=grace)
+        self._collected = True
+        data, self._chunks = b"".join(self._chunks), []
+        return data
+
+    @property
+    def done(self) -> bool:
+        return self._task.done()
+
+    def cancel(self) -> None:
+        self._task.cancel()

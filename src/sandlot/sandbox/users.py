@@ -98,3 +98,34 @@ def as_root(sandbox: Sandbox) -> Sandbox:
 def as_user(sandbox: Sandbox, user: str | None) -> Sandbox:
     """`sandbox` itself for root (None), else its view for `user`."""
     return sandbox if user is None else cast(Sandbox, AsUser(sandbox, user))
+
+
+#: argv: one user spec. Prints "uid gid" as `_AS_USER` (sandlot.sandbox.local) resolves them.
+_IDS = r"""
+u=${0%%:*}; g=; case $0 in *:*) g=${0#*:};; esac
+line=$(awk -F: -v u="$u" '$1 == u || $3 == u { print $3 " " $4; exit }' /etc/passwd)
+case $u in *[!0-9]*) [ -n "$line" ] || { echo "no user '$u' in /etc/passwd" >&2; exit 1; };;
+    *) [ -n "$line" ] || line="$u $u";; esac
+uid=${line% *}; gid=${line#* }
+case $g in
+'') ;;
+*[!0-9]*) gid=$(awk -F: -v g="$g" '$1 == g { print $3; exit }' /etc/group)
+          [ -n "$gid" ] || { echo "no group '$g' in /etc/group" >&2; exit 1; };;
+*) gid=$g;;
+esac
+echo "$uid $gid"
+"""
+
+
+async def user_ids(sandbox: Sandbox, user: str) -> tuple[int, int]:
+    """The uid and gid a user spec names inside the sandbox (the numbers its files carry
+    on the host too: the sandbox maps no user ids).
+
+    Raises: TrialError ENVIRONMENT_ERROR for a user or group the sandbox does not have.
+    """
+    result = await sandbox.exec(["sh", "-c", _IDS, user], timeout_sec=60)
+    fields = result.stdout.split()
+    if result.exit_code != 0 or len(fields) != 2 or not all(f.isdigit() for f in fields):
+        raise TrialError(ErrorKind.ENVIRONMENT_ERROR, f"cannot look up user {user} in the "
+                         f"sandbox: {(result.stderr or result.stdout).strip()[-300:]}")
+    return int(fields[0]), int(fields[1])
