@@ -317,6 +317,24 @@ def test_a_background_process_lives_on_as_in_a_container_until_stop(backend, san
     assert host_procs(marker) == ""
 
 
+def test_killing_every_process_inside_does_not_end_the_sandbox(sandbox, run):
+    """`kill -9 -1` (a sloppy cleanup in an agent's command) kills what it can see, as in
+    a container, whose PID 1 is out of its reach: the sandbox lives on, so the trial is
+    still verified instead of ending as an error."""
+    run(sandbox.exec("sleep 300 & kill -9 -1; kill -9 1; kill 1; true", timeout_sec=30))
+    r = run(sandbox.exec(["echo", "alive"], timeout_sec=30))
+    assert r.ok and r.stdout == "alive\n", r
+
+
+def test_orphans_are_reaped(backend, sandbox, run):
+    if backend.name == "docker":
+        pytest.skip("docker: a command's leftovers end with it")
+    r = run(sandbox.exec("for i in 1 2 3 4 5; do (sleep 0.1 &); done; "
+                         "(sh -c 'sleep 0.1 & sleep 0.2' &); sleep 1; "
+                         "cut -d' ' -f3 /proc/[0-9]*/stat | sort | uniq -c", timeout_sec=30))
+    assert r.ok and " Z" not in r.stdout, r
+
+
 def test_a_server_left_running_is_reached_by_later_commands(backend, sandbox, run):
     if backend.name == "docker":
         pytest.skip("docker: a command's leftovers still end with it")

@@ -1,13 +1,13 @@
 """The docker sandbox: one container (plus a compose task's services) per trial.
 
-The main container runs `sleep infinity` under the engine's init (which reaps orphans)
-with the task's cpus/memory/pids limits. Commands are Engine API execs; each carries a
-mark in its environment (SANDLOT_EXEC_ID), so when it ends or times out every process it
-started is found in /proc and killed, as the local sandbox's per-command PID namespace
-does. Network per phase: the container is attached to its own bridge network only while
-a command asks for "outbound"; otherwise it has loopback alone (and, for a compose task,
-the private network of its services). The gateway listens in the container's network
-namespace, /proc/<init pid>/ns/net.
+The main container's PID 1 idles (IDLE_COMMAND), with the task's cpus/memory/pids
+limits. Commands are Engine API execs; each carries a mark in its environment
+(SANDLOT_EXEC_ID), so when it ends or times out every process it started is found in /proc
+and killed (unlike the local sandbox, where they live on: see docs/sandbox.md). Network
+per phase: the container is attached to its own bridge network only while a command asks
+for "outbound"; otherwise it has loopback alone (and, for a compose task, the private
+network of its services). The gateway listens in the container's network namespace,
+/proc/<init pid>/ns/net.
 """
 
 from __future__ import annotations
@@ -50,8 +50,11 @@ from sandlot.sandbox.docker_engine import (
 from sandlot.sandbox.local import resolve_inside
 from sandlot.sandbox.procutil import read_capped
 
-#: What the main container runs: nothing, until commands are exec'd into it.
-IDLE_COMMAND = ["sleep", "infinity"]
+#: The main container's PID 1: idles until commands are exec'd into it, as Harbor's
+#: `sleep infinity`, and reaps what is reparented to it (the shell waits with
+#: waitpid(-1)). As PID 1 it ignores every signal sent from inside, so `kill -9 -1` in a
+#: command cannot stop the container (the engine's init would exit with its child).
+IDLE_COMMAND = ["/bin/sh", "-c", "while :; do sleep 3600; done"]
 #: rlimits for engines that cannot raise them (no CAP_SYS_RESOURCE, e.g. nested in a
 #: sandbox): used after a container failed to start with the engine's defaults.
 LOW_ULIMITS = (("nofile", 4096, 4096), ("nproc", 4096, 4096))
@@ -180,7 +183,7 @@ class DockerSandbox:
         api = self.engine.api
         kwargs: dict[str, Any] = {
             "binds": [f"{src}:{dst}:{'ro' if ro else 'rw'}" for src, dst, ro in binds],
-            "network_mode": network, "init": True,
+            "network_mode": network, "init": False,
             "tmpfs": {t.split(":", 1)[0]: (t.split(":", 1)[1] if ":" in t else "")
                       for t in tmpfs} or None,
         }
@@ -478,7 +481,7 @@ class DockerSandbox:
             await self.engine.call(kill_marked, mark, self._pidns)
 
     async def _idle_children(self) -> set[int]:
-        """The init's child running IDLE_COMMAND (waited for: the init forks it)."""
+        """PID 1's child, IDLE_COMMAND's sleep (waited for: PID 1 forks it)."""
         for _ in range(200):
             children = _children_of(self._pid)
             if children:

@@ -53,8 +53,10 @@ DEFAULT_MASKS = ("/root", "/home", "/tmp", "/var/tmp", "/run", "/mnt", "/media",
 CAPS = ("CHOWN", "DAC_OVERRIDE", "FSETID", "FOWNER", "NET_RAW", "SETGID", "SETUID",
         "SETFCAP", "SETPCAP", "NET_BIND_SERVICE", "SYS_CHROOT", "KILL", "AUDIT_WRITE")
 SLIRP_DNS = "10.0.2.3"
-#: What the container's init runs: nothing, until commands join it (Harbor's `sleep infinity`).
-IDLE_COMMAND = ("sleep", "infinity")
+#: The container's PID 1 (bwrap --as-pid-1): idles, as Harbor's `sleep infinity`, and
+#: reaps what is reparented to it (the shell waits with waitpid(-1)). As PID 1 it ignores
+#: every signal sent from inside, so `kill -9 -1` cannot end the container.
+IDLE_COMMAND = ("/bin/sh", "-c", "while :; do sleep 3600; done")
 #: /dev/shm's size, Docker's default.
 SHM_SIZE = "64m"
 #: How long a command's output is still read after it exited while a process it left
@@ -722,8 +724,7 @@ class LocalSandbox:
         return binds
 
     async def _start_container(self) -> None:
-        """The sandbox's own PID namespace, its PID 1 bwrap's init (rooted in the sandbox,
-        like the init of `docker run --init`), running IDLE_COMMAND.
+        """The sandbox's own PID namespace, its PID 1 IDLE_COMMAND, rooted in the sandbox.
 
         Every command joins this namespace, so what one leaves running (a server started in
         the background) goes on, adopted by that init, as in a container. It is nested in
@@ -737,12 +738,13 @@ class LocalSandbox:
         holder = self._holder.pid
         enter = ["nsenter", f"--pid=/proc/{holder}/ns/pid_for_children",
                  f"--mount=/proc/{holder}/ns/mnt", f"--net=/proc/{holder}/ns/net"]
-        cg = self._cgroups
         try:
             self._outer = await asyncio.create_subprocess_exec(
+                # Neither this nor the container's PID 1 is in the trial's cgroups: the
+                # agent filling its memory must not get them OOM-killed (that would end
+                # the container, or kill the verifier with them).
                 *die_with_sandlot([*enter, "unshare", "--pid", "--fork", "--kill-child",
-                                   sys.executable, "-I", "-S", "-c", _OUTER_REAPER],
-                                  cg.procs_files if cg else None),
+                                   sys.executable, "-I", "-S", "-c", _OUTER_REAPER]),
                 stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
                 stderr=asyncio.subprocess.DEVNULL, env=LAUNCH_ENV, start_new_session=True)
         except OSError as exc:
@@ -759,8 +761,7 @@ class LocalSandbox:
             with (self.scratch / "container.log").open("wb") as log:
                 self._container = await asyncio.create_subprocess_exec(
                     *die_with_sandlot([*enter, "bwrap", "--pidns", str(outer_ns), "--args",
-                                       str(fd), "--", *IDLE_COMMAND],
-                                      cg.procs_files if cg else None),
+                                       str(fd), "--as-pid-1", "--", *IDLE_COMMAND]),
                     stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=log,
                     env=LAUNCH_ENV, start_new_session=True, pass_fds=(fd, outer_ns))
         except OSError as exc:
@@ -776,7 +777,7 @@ class LocalSandbox:
         """Host pid of the PID 1 that `launcher` starts, a namespace below the one it
         enters: the outer reaper (nsenter -> unshare -> reaper), or the container's init,
         adopted by that reaper once bwrap's middle process exits, with `running_child`
-        once it runs a child (IDLE_COMMAND: the sandbox's mounts are in place)."""
+        once it runs a child (IDLE_COMMAND's sleep: the sandbox's mounts are in place)."""
         parent = launcher.pid if self._outer_pid is None else self._outer_pid
         depth = 2 if self._outer_pid is None else 1
         around = os.stat(f"/proc/{launcher.pid}/ns/pid_for_children").st_ino
