@@ -73,6 +73,11 @@ class SandboxDiskFull(SandboxError):
     """A copy into the sandbox found its disk quota (storage_mb) used up."""
 
 
+class ContainerExited(SandboxError):
+    """The sandbox's PID 1 exited (the image's ENTRYPOINT ended or crashed): the task's
+    environment is gone, as a container whose main process exits."""
+
+
 class TaskLoadError(Exception):
     """A task folder cannot be run; carries every problem found, not just the first."""
 

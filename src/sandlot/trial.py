@@ -16,6 +16,7 @@ from typing import Any
 from sandlot.agents.base import Agent, AgentContext, GatewayAccess, is_conversational
 from sandlot.errors import (
     AGENT_FAULT_KINDS,
+    ContainerExited,
     ErrorKind,
     SandboxDiskFull,
     SandboxError,
@@ -168,6 +169,8 @@ async def run_trial(plan: TrialPlan, settings: TrialSettings, backend: SandboxBa
                 sandbox = await backend.create(request)
                 await sandbox.mkdir("/logs/agent")
                 await sandbox.mkdir("/logs/verifier")
+            except ContainerExited as exc:  # the image's ENTRYPOINT failed
+                raise TrialError(ErrorKind.ENVIRONMENT_ERROR, str(exc), "setup") from exc
             except SandboxError as exc:
                 raise TrialError(ErrorKind.SANDBOX_SETUP_FAILED, str(exc), "setup") from exc
             await _prepare_users(sandbox, task, clock)
@@ -225,6 +228,8 @@ async def run_trial(plan: TrialPlan, settings: TrialSettings, backend: SandboxBa
                 if exc.kind not in VERIFY_AFTER:
                     raise
                 record(exc)
+            except ContainerExited as exc:
+                raise TrialError(ErrorKind.ENVIRONMENT_ERROR, str(exc), "agent") from exc
             except SandboxError as exc:
                 raise TrialError(ErrorKind.INTERNAL_ERROR, f"sandbox failed: {exc}",
                                  "agent") from exc
@@ -255,6 +260,8 @@ async def run_trial(plan: TrialPlan, settings: TrialSettings, backend: SandboxBa
                 result.reward, result.rewards, result.passed = 0.0, {"reward": 0.0}, False
                 raise TrialError(ErrorKind.DISK_LIMIT, f"the agent left no room to verify: "
                                  f"{exc}; scored 0", "agent") from exc
+            except ContainerExited as exc:
+                raise TrialError(ErrorKind.ENVIRONMENT_ERROR, str(exc), "verify") from exc
             except SandboxError as exc:
                 raise TrialError(ErrorKind.INTERNAL_ERROR, f"sandbox failed: {exc}",
                                  "verify") from exc
@@ -267,6 +274,8 @@ async def run_trial(plan: TrialPlan, settings: TrialSettings, backend: SandboxBa
             result.script_time_sec += verdict.duration_sec
     except TrialError as exc:
         record(exc)
+    except ContainerExited as exc:  # in setup's own commands (users, healthcheck)
+        record(TrialError(ErrorKind.ENVIRONMENT_ERROR, str(exc), "setup"))
     except asyncio.CancelledError as exc:
         cancelled = exc
         record(TrialError(ErrorKind.CANCELLED, "the run was interrupted", None))

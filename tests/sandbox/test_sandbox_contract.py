@@ -31,7 +31,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from sandlot.errors import ErrorKind, SandboxDiskFull, SandboxError, TrialError
+from sandlot.errors import ContainerExited, ErrorKind, SandboxDiskFull, SandboxError, TrialError
 from sandlot.sandbox.base import EnvironmentRequest, Sandbox, SandboxBackend, SandboxSpec
 from sandlot.sandbox.local import LocalSandbox
 from sandlot.sandbox.local_backend import LocalBackend, check_local_backend
@@ -324,6 +324,21 @@ def test_killing_every_process_inside_does_not_end_the_sandbox(sandbox, run):
     run(sandbox.exec("sleep 300 & kill -9 -1; kill -9 1; kill 1; true", timeout_sec=30))
     r = run(sandbox.exec(["echo", "alive"], timeout_sec=30))
     assert r.ok and r.stdout == "alive\n", r
+
+
+def test_an_entrypoint_that_exits_later_ends_the_sandbox_with_its_output(
+        backend, make_sandbox, run, tmp_path):
+    if backend.name == "docker":
+        pytest.skip("docker: the image's ENTRYPOINT is not run yet")
+    env = tmp_path / "entrypoint-env"
+    env.mkdir()
+    (env / "Dockerfile").write_text("FROM debian:bookworm-slim\n"
+                                    "ENTRYPOINT sleep 2; echo the service stopped; exit 4\n")
+    sandbox = make_sandbox(env)
+    assert run(sandbox.exec(["true"], timeout_sec=30)).ok
+    time.sleep(3)
+    with pytest.raises(ContainerExited, match=r"ENTRYPOINT .*the service stopped"):
+        run(sandbox.exec(["true"], timeout_sec=30))
 
 
 def test_orphans_are_reaped(backend, sandbox, run):

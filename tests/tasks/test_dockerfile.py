@@ -295,3 +295,14 @@ def test_unsupported_instructions_name_a_container_backend(line: str, needle: st
     [issue] = parse_dockerfile(f"FROM x\n{line}\n").issues
     assert issue.line == 2
     assert needle in issue.message and "container backend" in issue.message
+
+
+def test_the_last_entrypoint_is_the_images_in_either_form() -> None:
+    plan = parse_dockerfile('FROM x\nENTRYPOINT ["/start.sh", "--quiet"]\nCMD ["python3"]\n')
+    assert plan.entrypoint == ["/start.sh", "--quiet"] and plan.entrypoint_takes_args
+    shell = parse_dockerfile('FROM x\nENTRYPOINT ["/a"]\n'
+                             "ENTRYPOINT exec nginx -g 'daemon off;'\n")
+    assert shell.entrypoint == ["/bin/sh", "-c", "exec nginx -g 'daemon off;'"]
+    assert not shell.entrypoint_takes_args, "Docker gives a shell-form ENTRYPOINT no arguments"
+    assert parse_dockerfile('FROM x\nENTRYPOINT ["/a"]\nENTRYPOINT []\n').entrypoint is None
+    assert parse_dockerfile("FROM x\nCMD python3 -m http.server\n").entrypoint is None

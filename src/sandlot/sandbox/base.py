@@ -57,6 +57,12 @@ class SandboxSpec:
     #: Where a command may mount host folders of its own (exec `mounts`): the verifier's
     #: /tests and /logs/verifier. Fixed at start, so no command can move them.
     mount_points: tuple[str, ...] = ()
+    #: The image's ENTRYPOINT, run by the sandbox's PID 1 before it idles (given the idle
+    #: command as its arguments unless entrypoint_takes_args is False: a shell-form one),
+    #: as the image's USER (entrypoint_user; None: root). A service the image starts runs.
+    entrypoint: tuple[str, ...] = ()
+    entrypoint_takes_args: bool = True
+    entrypoint_user: str | None = None
 
 
 class SandboxProcess(Protocol):

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from typing_extensions import override
 
-from sandlot.errors import SandboxDiskFull, SandboxError
+from sandlot.errors import ContainerExited, SandboxDiskFull, SandboxError
 from sandlot.hostguard import (
     check_private_netns,
     child_pids,
@@ -57,6 +57,10 @@ SLIRP_DNS = "10.0.2.3"
 #: reaps what is reparented to it (the shell waits with waitpid(-1)). As PID 1 it ignores
 #: every signal sent from inside, so `kill -9 -1` cannot end the container.
 IDLE_COMMAND = ("/bin/sh", "-c", "while :; do sleep 3600; done")
+#: How long an image's ENTRYPOINT may take to show it runs (see _settle_entrypoint).
+ENTRYPOINT_SETTLE_SEC = 2.0
+#: How long nothing may run in a starting container before its PID 1 counts as exited.
+PID_ONE_GONE_SEC = 0.5
 #: /dev/shm's size, Docker's default.
 SHM_SIZE = "64m"
 #: How long a command's output is still read after it exited while a process it left
@@ -186,6 +190,15 @@ _REAPER = (
 #: PID 1 of the namespace the container's is nested in: reaps what a verifier leaves
 #: behind; it ends when the holder's namespace does.
 _OUTER_REAPER = _REAPER.replace("while os.read(0,4096): pass\n", "while True: signal.pause()\n")
+
+
+def _running(pid: int) -> bool:
+    """Whether `pid` is a live process (not gone, not a zombie)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[:1] != ["Z"]
 
 
 def _reaper_command() -> str:
@@ -430,6 +443,9 @@ class LocalSandbox:
             await asyncio.to_thread(self._prepare_root)
             await self._pin_mount_points()
             await self._start_container()
+        except ContainerExited:
+            await self.stop()
+            raise
         except (SandboxError, OSError) as exc:
             await self.stop()
             raise SandboxError(str(exc)) from exc
@@ -761,7 +777,7 @@ class LocalSandbox:
             with (self.scratch / "container.log").open("wb") as log:
                 self._container = await asyncio.create_subprocess_exec(
                     *die_with_sandlot([*enter, "bwrap", "--pidns", str(outer_ns), "--args",
-                                       str(fd), "--as-pid-1", "--", *IDLE_COMMAND]),
+                                       str(fd), "--as-pid-1", "--", *self._pid_one_command()]),
                     stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=log,
                     env=LAUNCH_ENV, start_new_session=True, pass_fds=(fd, outer_ns))
         except OSError as exc:
@@ -770,7 +786,44 @@ class LocalSandbox:
             os.close(fd)
             os.close(outer_ns)
         self._init_pid = await self._find_pid_one(self._container, "the sandbox's container",
-                                                  running_child=True)
+                                                  running_child=not self.spec.entrypoint)
+        if self.spec.entrypoint:
+            await self._settle_entrypoint()
+
+    def _pid_one_command(self) -> list[str]:
+        """IDLE_COMMAND, or the image's ENTRYPOINT (which, given IDLE_COMMAND as its
+        arguments, mostly starts its services and execs them), as the image's USER."""
+        if not self.spec.entrypoint:
+            return list(IDLE_COMMAND)
+        command = [*self.spec.entrypoint]
+        if self.spec.entrypoint_takes_args:
+            command += IDLE_COMMAND
+        if self.spec.entrypoint_user is not None:
+            command = ["/bin/sh", "-c", _AS_USER, self.spec.entrypoint_user, *command]
+        return command
+
+    async def _settle_entrypoint(self) -> None:
+        """Give the ENTRYPOINT a moment: one that fails at once (a missing script, a bad
+        argument) ends the sandbox here, with its output, not at the agent's first command.
+        It is settled once PID 1 runs a child (IDLE_COMMAND's sleep, or a service)."""
+        assert self._container is not None and self._init_pid is not None
+        deadline = time.monotonic() + ENTRYPOINT_SETTLE_SEC
+        while time.monotonic() < deadline and self._container_alive():
+            if child_pids(self._init_pid):
+                return
+            await asyncio.sleep(0.02)
+        if not self._container_alive():
+            raise ContainerExited(self._gone_message())
+
+    def _gone_message(self) -> str:
+        what = ("its PID 1, the image's ENTRYPOINT " + shlex.join(self.spec.entrypoint)
+                if self.spec.entrypoint else "its PID 1")
+        try:
+            log = (self.scratch / "container.log").read_text(errors="replace")[-2000:].strip()
+        except OSError:
+            log = ""
+        return (f"the sandbox's container is gone: {what} exited"
+                + (f"; its output ends: {log}" if log else " without output"))
 
     async def _find_pid_one(self, launcher: asyncio.subprocess.Process, what: str,
                             running_child: bool = False) -> int:
@@ -782,6 +835,10 @@ class LocalSandbox:
         depth = 2 if self._outer_pid is None else 1
         around = os.stat(f"/proc/{launcher.pid}/ns/pid_for_children").st_ino
         deadline = time.monotonic() + 30
+        quiet_since: float | None = None
+        bwrap_since: float | None = None
+        forked = False
+        watch_exit = launcher is self._container and bool(self.spec.entrypoint)
         while time.monotonic() < deadline and launcher.returncode is None:
             with contextlib.suppress(OSError):
                 if self._outer_pid is not None:
@@ -793,16 +850,36 @@ class LocalSandbox:
                     if os.stat(f"/proc/{pid}/ns/pid").st_ino != around and (
                             not running_child or child_pids(pid)):
                         return pid
+                # An ENTRYPOINT that exits at once can leave bwrap waiting for it for ever
+                # (with --pidns, PID 1 is not bwrap's child): once bwrap has forked (or
+                # has had long enough to) and nothing runs below it or the reaper, the
+                # container is gone.
+                if watch_exit and self._outer_pid is not None:
+                    now = time.monotonic()
+                    bwraps = child_pids(launcher.pid)
+                    forking = any(child_pids(b) for b in bwraps)
+                    forked = forked or forking
+                    bwrap_since = bwrap_since or (now if bwraps else None)
+                    if bwraps and not found and not forking:
+                        quiet_since = quiet_since or now
+                        if ((forked and now - quiet_since > PID_ONE_GONE_SEC)
+                                or (bwrap_since and now - bwrap_since > 10 * PID_ONE_GONE_SEC)):
+                            break
+                    else:
+                        quiet_since = None
             await asyncio.sleep(0.005)
         log = ""
         if launcher is self._container:
+            if self.spec.entrypoint and (launcher.returncode is not None or quiet_since):
+                raise ContainerExited(self._gone_message())
             log = (self.scratch / "container.log").read_text(errors="replace")[-2000:].strip()
         raise SandboxError(f"{what} did not start: {log or 'no output'}")
 
     def _container_alive(self) -> bool:
+        # The launchers' return codes lag (asyncio's child watcher): PID 1 is asked too.
         return (self._container is not None and self._container.returncode is None
                 and self._outer is not None and self._outer.returncode is None
-                and self._init_pid is not None)
+                and self._init_pid is not None and _running(self._init_pid))
 
     # -- exec ------------------------------------------------------------------------------
 
@@ -859,7 +936,7 @@ class LocalSandbox:
         if self._holder is None or self._holder.returncode is not None:
             raise SandboxError("sandbox is not running")
         if not self._container_alive():
-            raise SandboxError("the sandbox's container is gone (its init exited)")
+            raise ContainerExited(self._gone_message())
         if network == "outbound":
             await self._ensure_network()
         else:

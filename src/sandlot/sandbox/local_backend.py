@@ -55,7 +55,11 @@ class LocalBackend:
 
             layers = (await self.layers.get(key, build),)
         scratch = self.scratch_root / f"{os.getpid()}-{spec.name}-{secrets.token_hex(3)}"
-        sandbox = LocalSandbox(SandboxSpec(**{**spec.__dict__, "layers": layers}), scratch)
+        image: dict[str, object] = {"layers": layers}
+        if plan is not None and plan.entrypoint:
+            image.update(entrypoint=tuple(plan.entrypoint), entrypoint_user=plan.user,
+                         entrypoint_takes_args=plan.entrypoint_takes_args)
+        sandbox = LocalSandbox(SandboxSpec(**{**spec.__dict__, **image}), scratch)
         try:
             await sandbox.start()
         except BaseException:

@@ -96,6 +96,8 @@ class CappedReader:
         self._limit = limit
         self.truncated = False
         self._collected = False
+        #: Bytes read so far, kept or not: whether the pipe is still making progress.
+        self._received = 0
         self._task = asyncio.ensure_future(self._read(stream))
 
     async def _read(self, stream: asyncio.StreamReader | None) -> None:
@@ -105,6 +107,7 @@ class CappedReader:
             chunk = await stream.read(65536)
             if not chunk:
                 return
+            self._received += len(chunk)
             if self._collected:
                 continue
             if self._size < self._limit:
@@ -115,9 +118,20 @@ class CappedReader:
             else:
                 self.truncated = True
 
-    async def collect(self, grace: float) -> bytes:
-        """What was read by EOF, or by `grace` seconds from now if EOF has not come."""
-        await asyncio.wait([self._task], timeout=grace)
+    async def collect(self, grace: float, most: float = 8.0) -> bytes:
+        """What was read by EOF, or once the pipe stayed quiet for `grace` seconds without
+        EOF (a process the command left running holds it), or after `most` x `grace`.
+
+        Quiet means no byte read, checked after the reader had its turn: on a loaded
+        machine the event loop may wake late, and the timeout then fires before the reader
+        takes what already arrived, which must not be cut off."""
+        deadline = asyncio.get_running_loop().time() + grace * most
+        while not self._task.done():
+            before = self._received
+            await asyncio.wait([self._task], timeout=grace)
+            await asyncio.sleep(0)  # the reader, woken by data that came meanwhile, reads
+            if self._received == before or asyncio.get_running_loop().time() > deadline:
+                break
         self._collected = True
         data, self._chunks = b"".join(self._chunks), []
         return data

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 
 from sandlot.tasks.config import USER_SPEC
 
-IGNORED = {"LABEL", "EXPOSE", "CMD", "ENTRYPOINT", "STOPSIGNAL", "HEALTHCHECK", "VOLUME",
-           "MAINTAINER"}
+#: CMD too: Harbor replaces it (`sh -c "sleep infinity"`), so it never runs.
+IGNORED = {"LABEL", "EXPOSE", "CMD", "STOPSIGNAL", "HEALTHCHECK", "VOLUME", "MAINTAINER"}
 ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tar.xz", ".txz")
 #: What a Debian base image's environment holds before the Dockerfile adds to it, so
 #: `ENV PATH=/opt/venv/bin:$PATH` extends the usual PATH instead of emptying it.
@@ -64,6 +64,11 @@ class DockerfilePlan:
     workdir: str | None = None
     #: The last USER (None: root): the image's default user for every phase.
     user: str | None = None
+    #: The last ENTRYPOINT (None: none, or `ENTRYPOINT []`). The exec form gets the idle
+    #: command as its arguments, as Harbor's `sh -c "sleep infinity"` CMD; the shell form
+    #: (`/bin/sh -c <text>`, entrypoint_takes_args False) takes none, as in Docker.
+    entrypoint: list[str] | None = None
+    entrypoint_takes_args: bool = True
     issues: list[DockerfileIssue] = field(default_factory=list)
 
 
@@ -295,6 +300,14 @@ def parse_dockerfile(text: str) -> DockerfilePlan:
                 continue
             user = None if named.split(":")[0] in {"root", "0"} and ":" not in named \
                 else named
+        elif instr == "ENTRYPOINT":
+            argv = _exec_form(rest) if rest.startswith("[") else None
+            if rest.replace(" ", "") == "[]":
+                plan.entrypoint, plan.entrypoint_takes_args = None, True
+            elif argv is not None:
+                plan.entrypoint, plan.entrypoint_takes_args = argv, True
+            elif rest:
+                plan.entrypoint, plan.entrypoint_takes_args = ["/bin/sh", "-c", rest], False
         elif instr == "SHELL":
             refuse("SHELL is not supported")
         elif instr == "ONBUILD":
