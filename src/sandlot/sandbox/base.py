@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
+
+from sandlot.errors import SandboxError
 
 #: none and loopback: the sandbox's own loopback only, shared by all its commands (where
 #: sandlot serves the model gateway, and where a server the agent started is reached);
@@ -63,6 +66,14 @@ class SandboxSpec:
     entrypoint: tuple[str, ...] = ()
     entrypoint_takes_args: bool = True
     entrypoint_user: str | None = None
+
+
+def check_mount_points(spec: SandboxSpec, paths: Iterable[str]) -> None:
+    """A command's own mounts (exec `mounts`) go only where the spec said."""
+    for path in paths:
+        if path.rstrip("/") not in spec.mount_points:
+            raise SandboxError(f"cannot mount at {path}: not one of the sandbox's mount "
+                               f"points ({', '.join(spec.mount_points) or 'none'})")
 
 
 class SandboxProcess(Protocol):

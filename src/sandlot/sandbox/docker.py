@@ -28,9 +28,9 @@ from typing import Any, Literal
 from typing_extensions import override
 
 from sandlot.errors import SandboxError
-from sandlot.hostguard import remove_tree
+from sandlot.hostguard import child_pids, remove_tree
 from sandlot.sandbox import egress
-from sandlot.sandbox.base import ExecResult, LimitKind, Network, SandboxSpec
+from sandlot.sandbox.base import ExecResult, LimitKind, Network, SandboxSpec, check_mount_points
 from sandlot.sandbox.changes import Change
 from sandlot.sandbox.docker_compose import Service
 from sandlot.sandbox.docker_engine import (
@@ -483,7 +483,7 @@ class DockerSandbox:
     async def _idle_children(self) -> set[int]:
         """PID 1's child, IDLE_COMMAND's sleep (waited for: PID 1 forks it)."""
         for _ in range(200):
-            children = _children_of(self._pid)
+            children = set(child_pids(self._pid))
             if children:
                 return children
             await asyncio.sleep(0.01)
@@ -535,10 +535,7 @@ class DockerSandbox:
             return await self._run(argv, timeout_sec=timeout_sec, env=env,
                                    cwd=cwd or self.spec.workdir, user=user, stdin=stdin,
                                    max_output_bytes=max_output_bytes)
-        for inside in mounts:
-            if inside.rstrip("/") not in self.spec.mount_points:
-                raise SandboxError(f"cannot mount at {inside}: not one of the sandbox's mount "
-                                   f"points ({', '.join(self.spec.mount_points) or 'none'})")
+        check_mount_points(self.spec, mounts)
         # A running container gets no new mounts: the folders are copied in, and back out
         # after. As nothing a command starts outlives it here (see _ended), no other
         # process is left to see them in between.
@@ -781,13 +778,6 @@ class DockerSandbox:
             if probe is not None:
                 await self._remove_container(probe)
             remove_tree(scratch, ignore_errors=True)
-
-
-def _children_of(pid: int) -> set[int]:
-    try:
-        return {int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()}
-    except OSError:
-        return set()
 
 
 def _tar_of(local: Path, name: str) -> Any:

@@ -35,7 +35,14 @@ from sandlot.hostguard import (
     signal_child_group,
 )
 from sandlot.sandbox import egress
-from sandlot.sandbox.base import DEFAULT_PATH, ExecResult, LimitKind, Network, SandboxSpec
+from sandlot.sandbox.base import (
+    DEFAULT_PATH,
+    ExecResult,
+    LimitKind,
+    Network,
+    SandboxSpec,
+    check_mount_points,
+)
 from sandlot.sandbox.cgroups import CgroupLimits
 from sandlot.sandbox.changes import Change, walk_upper
 from sandlot.sandbox.procutil import (
@@ -560,13 +567,6 @@ class LocalSandbox:
         if proc.returncode != 0:
             raise SandboxError(f"cannot pin the sandbox's mount points: {err.decode().strip()}")
 
-    def _check_mount_points(self, paths: list[str]) -> None:
-        """A command's own mounts go only where the spec said (pinned at start)."""
-        for path in paths:
-            if path.rstrip("/") not in self.spec.mount_points:
-                raise SandboxError(f"cannot mount at {path}: not one of the sandbox's mount "
-                                   f"points ({', '.join(self.spec.mount_points) or 'none'})")
-
     def host_path(self, sandbox_path: str) -> Path:
         """Where `sandbox_path` is reachable from the host: through the holder's mounts.
 
@@ -815,13 +815,17 @@ class LocalSandbox:
         if not self._container_alive():
             raise ContainerExited(self._gone_message())
 
+    def _container_log(self) -> str:
+        """The end of what the container's PID 1 wrote (its stdout and stderr)."""
+        try:
+            return (self.scratch / "container.log").read_text(errors="replace")[-2000:].strip()
+        except OSError:
+            return ""
+
     def _gone_message(self) -> str:
         what = ("its PID 1, the image's ENTRYPOINT " + shlex.join(self.spec.entrypoint)
                 if self.spec.entrypoint else "its PID 1")
-        try:
-            log = (self.scratch / "container.log").read_text(errors="replace")[-2000:].strip()
-        except OSError:
-            log = ""
+        log = self._container_log()
         return (f"the sandbox's container is gone: {what} exited"
                 + (f"; its output ends: {log}" if log else " without output"))
 
@@ -872,7 +876,7 @@ class LocalSandbox:
         if launcher is self._container:
             if self.spec.entrypoint and (launcher.returncode is not None or quiet_since):
                 raise ContainerExited(self._gone_message())
-            log = (self.scratch / "container.log").read_text(errors="replace")[-2000:].strip()
+            log = self._container_log()
         raise SandboxError(f"{what} did not start: {log or 'no output'}")
 
     def _container_alive(self) -> bool:
@@ -941,8 +945,7 @@ class LocalSandbox:
             await self._ensure_network()
         else:
             await self._drop_network()
-        if mounts:
-            await asyncio.to_thread(self._check_mount_points, list(mounts))
+        check_mount_points(self.spec, mounts or ())
         pid_one = self._outer_pid if mounts else self._init_pid
         try:
             pidns_fd = os.open(f"/proc/{pid_one}/ns/pid", os.O_RDONLY)
@@ -1021,6 +1024,8 @@ class LocalSandbox:
         out, err = await asyncio.gather(*(r.collect(OUTPUT_GRACE_SEC) for r in readers))
         # A process the command left running may hold its pipes: read on, discarding.
         if not all(r.done for r in readers):
+            self._drains = {p: rs for p, rs in self._drains.items()
+                            if not all(r.done for r in rs)}
             self._drains[proc] = readers
         after = cg.counters() if cg else (0, 0)
         limit = None
