@@ -2,8 +2,7 @@
 expects of its Linux, each run with the oracle, on the local backend and on a container
 engine. Each task says in `[metadata] expect` what it must end as: `pass`, `fail` (scored 0,
 no error), or an error kind (with `expect_message`, a part of the error's message); with
-`require_in_test_stdout` / `forbid_in_test_stdout`, a text test.sh must (not) print; with
-`docker_later`, why the container engine does not run it yet.
+`require_in_test_stdout` / `forbid_in_test_stdout`, a text test.sh must (not) print.
 """
 
 from __future__ import annotations
@@ -93,10 +92,6 @@ def docker_backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]
 @pytest.mark.parametrize("name", NAMES)
 def test_the_corpus_runs_with_the_oracle_on_a_container_engine(docker_backend, tmp_path: Path,
                                                                name: str) -> None:
-    later = tomllib.loads((CORPUS / name / "task.toml").read_text())["metadata"].get(
-        "docker_later")
-    if later:
-        pytest.skip(later)
     task = load_task_or_invalid(CORPUS / name, sandbox="docker")
     plan = TrialPlan(task=task, attempt=1, dir=tmp_path / f"{name}__1")
     settings = TrialSettings(agent_name="oracle", model=None, sandbox_name="docker")

@@ -307,9 +307,6 @@ def test_a_background_process_lives_on_as_in_a_container_until_stop(backend, san
     r = run(sandbox.exec(f"{background_sleeper(marker)} echo started", timeout_sec=30))
     assert r.stdout == "started\n" and r.exit_code == 0
     assert r.duration_sec < 5, "exec waited for the background child"
-    if backend.name == "docker":  # docker: a command's leftovers still end with it
-        assert host_procs(marker) == ""
-        return
     assert marker in host_procs(marker)
     seen = run(sandbox.exec(["sh", "-c", "cat /proc/[0-9]*/cmdline | tr '\\0' ' '"]))
     assert marker in seen.stdout, "a later command sees it, as in one container"
@@ -328,8 +325,6 @@ def test_killing_every_process_inside_does_not_end_the_sandbox(sandbox, run):
 
 def test_an_entrypoint_that_exits_later_ends_the_sandbox_with_its_output(
         backend, make_sandbox, run, tmp_path):
-    if backend.name == "docker":
-        pytest.skip("docker: the image's ENTRYPOINT is not run yet")
     env = tmp_path / "entrypoint-env"
     env.mkdir()
     (env / "Dockerfile").write_text("FROM debian:bookworm-slim\n"
@@ -341,29 +336,29 @@ def test_an_entrypoint_that_exits_later_ends_the_sandbox_with_its_output(
         run(sandbox.exec(["true"], timeout_sec=30))
 
 
-def test_orphans_are_reaped(backend, sandbox, run):
-    if backend.name == "docker":
-        pytest.skip("docker: a command's leftovers end with it")
+def test_orphans_are_reaped(sandbox, run):
     r = run(sandbox.exec("for i in 1 2 3 4 5; do (sleep 0.1 &); done; "
                          "(sh -c 'sleep 0.1 & sleep 0.2' &); sleep 1; "
                          "cut -d' ' -f3 /proc/[0-9]*/stat | sort | uniq -c", timeout_sec=30))
     assert r.ok and " Z" not in r.stdout, r
 
 
-def test_a_server_left_running_is_reached_by_later_commands(backend, sandbox, run):
-    if backend.name == "docker":
-        pytest.skip("docker: a command's leftovers still end with it")
-    r = run(sandbox.exec("python3 -m http.server 8765 --bind 127.0.0.1 >/dev/null 2>&1 & "
-                         "echo started", timeout_sec=30))
+def test_a_server_left_running_is_reached_by_later_commands(sandbox, run):
+    # Python's server where the sandbox has Python (local), busybox's in the tiny image.
+    serve = ("mkdir -p /tmp/www && echo served > /tmp/www/index.html && "
+             "if command -v python3 >/dev/null; then "
+             "python3 -m http.server 8765 --bind 127.0.0.1 --directory /tmp/www; "
+             "else busybox httpd -f -p 127.0.0.1:8765 -h /tmp/www; fi")
+    r = run(sandbox.exec(f"({serve}) >/dev/null 2>&1 & echo started", timeout_sec=30))
     assert r.ok and r.duration_sec < 5
-    fetch = ("import time, urllib.request\n"
-             "for _ in range(100):\n"
-             "    try:\n"
-             "        print(urllib.request.urlopen('http://127.0.0.1:8765/').status); break\n"
-             "    except OSError: time.sleep(0.1)\n")
+    fetch = ("for i in $(seq 100); do if command -v python3 >/dev/null; then "
+             "python3 -c \"import urllib.request as u; "
+             "print(u.urlopen('http://127.0.0.1:8765/').read().decode())\" 2>/dev/null; "
+             "else wget -q -O - http://127.0.0.1:8765/ 2>/dev/null; fi && break; "
+             "sleep 0.1; done")
     for network in ("none", "outbound"):
-        r = run(sandbox.exec(["python3", "-c", fetch], network=network, timeout_sec=60))
-        assert r.stdout.strip() == "200", (network, r)
+        r = run(sandbox.exec(fetch, network=network, timeout_sec=60))
+        assert r.stdout.strip() == "served", (network, r)
 
 
 def test_output_held_open_by_a_leftover_does_not_hold_the_command(sandbox, run):
@@ -372,34 +367,37 @@ def test_output_held_open_by_a_leftover_does_not_hold_the_command(sandbox, run):
     assert r.duration_sec < 5
 
 
-def test_a_commands_own_mounts_are_out_of_every_other_process_reach(backend, make_sandbox,
-                                                                     run, tmp_path):
+@pytest.mark.parametrize("user", [None, "65534"], ids=["root", "same-user"])
+def test_a_commands_own_mounts_are_out_of_every_other_process_reach(make_sandbox, run,
+                                                                     tmp_path, user):
     """The verifier's way of running: what the agent left running can neither see its
-    tests (not even through /proc/<pid>/root) nor write its reward, while it sees them."""
+    tests (not even through /proc/<pid>/root) nor write its reward, while it sees them;
+    also when the agent and the verifier are the same user."""
     sandbox = make_sandbox(mount_points=("/tests", "/logs/verifier"))
+    run(sandbox.exec("chmod 1777 /tmp"))  # the tiny test image's /tmp is root's
     forger = ("while :; do echo 1 > /logs/verifier/reward.txt; ls -A /tests > /tmp/seen; "
               "for p in /proc/[0-9]*; do ls -A $p/root/tests >> /tmp/seen; done; "
               "sleep 0.05; done")
-    run(sandbox.exec(f"nohup sh -c '{forger}' sandlot-forger >/dev/null 2>&1 &",
-                     timeout_sec=30))
+    run(sandbox.exec(f"sh -c '{forger}' sandlot-forger >/dev/null 2>&1 &",
+                     timeout_sec=30, user=user))
     tests, logs = tmp_path / "tests", tmp_path / "logs"
     tests.mkdir()
     logs.mkdir()
     (tests / "test.sh").write_text(
         "echo 0 > /logs/verifier/reward.txt; sleep 1; cat /logs/verifier/reward.txt; "
         "ls /tests; grep -qs sandlot-forger /proc/[0-9]*/cmdline && echo seen; true\n")
-    r = run(sandbox.exec(["bash", "/tests/test.sh"], timeout_sec=60,
+    if user is not None:
+        os.chown(logs, int(user), 0)
+    r = run(sandbox.exec(["bash", "/tests/test.sh"], timeout_sec=60, user=user,
                          mounts={"/tests": tests, "/logs/verifier": logs}))
-    lives_on = backend.name != "docker"  # docker: a command's leftovers end with it
-    assert r.ok and r.stdout == "0\ntest.sh\n" + "seen\n" * lives_on, r
+    assert r.ok and r.stdout == "0\ntest.sh\nseen\n", r
     assert (logs / "reward.txt").read_text() == "0\n"
     seen = run(sandbox.exec("cat /tmp/seen 2>/dev/null; ls -A /tests"))
     assert "test.sh" not in seen.stdout, "the tests were seen outside their command"
-    if backend.name != "docker":
-        # The mount points stay: they cannot be removed or swapped for a link elsewhere.
-        r = run(sandbox.exec("rm -rf /logs /tests; ln -sfn /etc /logs/verifier 2>&1; "
-                             "test -d /logs/verifier -a ! -L /logs/verifier && echo kept"))
-        assert "kept" in r.stdout
+    # The mount points stay: they cannot be removed or swapped for a link elsewhere.
+    r = run(sandbox.exec("rm -rf /logs /tests; ln -sfn /etc /logs/verifier 2>&1; "
+                         "test -d /logs/verifier -a ! -L /logs/verifier && echo kept"))
+    assert "kept" in r.stdout
     r = run(sandbox.exec(["cat", "/logs/verifier/reward.txt"],
                          mounts={"/tests": tests, "/logs/verifier": logs}))
     assert r.stdout == "0\n"

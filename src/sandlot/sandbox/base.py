@@ -76,6 +76,18 @@ def check_mount_points(spec: SandboxSpec, paths: Iterable[str]) -> None:
                                f"points ({', '.join(spec.mount_points) or 'none'})")
 
 
+def mount_point_chain(points: Iterable[str]) -> list[str]:
+    """Mount points and their parents, parents first: what a sandbox pins at start."""
+    chain: list[str] = []
+    for point in points:
+        parts = [p for p in point.split("/") if p]
+        for depth in range(1, len(parts) + 1):
+            path = "/" + "/".join(parts[:depth])
+            if path not in chain:
+                chain.append(path)
+    return sorted(chain, key=lambda p: p.count("/"))
+
+
 class SandboxProcess(Protocol):
     """A long-running command inside a sandbox, talked to over its stdio (agents' RPC).
 

@@ -1,9 +1,12 @@
 """The docker sandbox: one container (plus a compose task's services) per trial.
 
-The main container's PID 1 idles (IDLE_COMMAND), with the task's cpus/memory/pids
-limits. Commands are Engine API execs; each carries a mark in its environment
-(SANDLOT_EXEC_ID), so when it ends or times out every process it started is found in /proc
-and killed (unlike the local sandbox, where they live on: see docs/sandbox.md). Network
+The main container runs the image's ENTRYPOINT with the idle command (IDLE_COMMAND) as
+its arguments, as Harbor does, with the task's cpus/memory/pids limits. Commands are Engine
+API execs; what one leaves running lives on until the sandbox stops, as in the local
+sandbox. Each carries a mark in its environment (SANDLOT_EXEC_ID), so when it times out
+every process it started is found in /proc and killed. A command with folders of its own
+(the verifier's /tests and /logs/verifier) is not an exec: sandlot joins the container from
+the host (container_join.py), so what the agent left running cannot reach them. Network
 per phase: the container is attached to its own bridge network only while a command asks
 for "outbound"; otherwise it has loopback alone (and, for a compose task, the private
 network of its services). The gateway listens in the container's network namespace,
@@ -14,10 +17,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import re
 import secrets
+import shlex
 import signal
+import sys
 import tarfile
 import tempfile
 import time
@@ -27,10 +33,18 @@ from typing import Any, Literal
 
 from typing_extensions import override
 
-from sandlot.errors import SandboxError
+from sandlot.errors import ContainerExited, SandboxError
 from sandlot.hostguard import child_pids, remove_tree
-from sandlot.sandbox import egress
-from sandlot.sandbox.base import ExecResult, LimitKind, Network, SandboxSpec, check_mount_points
+from sandlot.sandbox import container_join, egress
+from sandlot.sandbox.base import (
+    DEFAULT_PATH,
+    ExecResult,
+    LimitKind,
+    Network,
+    SandboxSpec,
+    check_mount_points,
+    mount_point_chain,
+)
 from sandlot.sandbox.changes import Change
 from sandlot.sandbox.docker_compose import Service
 from sandlot.sandbox.docker_engine import (
@@ -42,19 +56,24 @@ from sandlot.sandbox.docker_engine import (
     Engine,
     ExecStream,
     kill_marked,
-    kill_orphans,
     limit_between,
     proc_visible,
     wait_pid_exit,
 )
 from sandlot.sandbox.local import resolve_inside
-from sandlot.sandbox.procutil import read_capped
+from sandlot.sandbox.procutil import CappedReader
 
-#: The main container's PID 1: idles until commands are exec'd into it, as Harbor's
-#: `sleep infinity`, and reaps what is reparented to it (the shell waits with
-#: waitpid(-1)). As PID 1 it ignores every signal sent from inside, so `kill -9 -1` in a
-#: command cannot stop the container (the engine's init would exit with its child).
+#: The main container's command (the ENTRYPOINT's arguments, PID 1 without one): idles
+#: until commands are exec'd into it, as Harbor's `sleep infinity`, and reaps what is
+#: reparented to it (the shell waits with waitpid(-1)). As PID 1 it ignores every signal
+#: sent from inside, so `kill -9 -1` in a command cannot stop the container (the engine's
+#: init would exit with its child).
 IDLE_COMMAND = ["/bin/sh", "-c", "while :; do sleep 3600; done"]
+#: How long an image's ENTRYPOINT may take to show it runs (it has started a process).
+ENTRYPOINT_SETTLE_SEC = 2.0
+#: How long a command's output is still read after it exited while a process it left
+#: running holds its stdout or stderr open.
+OUTPUT_GRACE_SEC = 0.25
 #: rlimits for engines that cannot raise them (no CAP_SYS_RESOURCE, e.g. nested in a
 #: sandbox): used after a container failed to start with the engine's defaults.
 LOW_ULIMITS = (("nofile", 4096, 4096), ("nproc", 4096, 4096))
@@ -93,7 +112,8 @@ class ContainerSetup:
 
 
 class DockerProcess:
-    """A command started with piped stdio; killing it kills everything it started."""
+    """A command started with piped stdio; killing it kills everything it started, what
+    it leaves running when it exits lives on."""
 
     def __init__(self, sandbox: DockerSandbox, stream: ExecStream, mark: str, pid: int,
                  before: tuple[int, int]) -> None:
@@ -113,15 +133,18 @@ class DockerProcess:
         return self._returncode
 
     async def _watch(self) -> None:
+        exited = False
         try:
             await self._sandbox._wait_main(self._stream.exec_id, self._pid)
+            exited = True
         finally:
-            await asyncio.shield(self._sandbox._reap(self._mark))
-            await asyncio.shield(self._sandbox._ended())
+            if not exited:
+                await asyncio.shield(self._sandbox._reap(self._mark))
             self._returncode = await self._sandbox._exit_code(self._stream.exec_id)
-            # The rest of its output is already on its way: let it arrive, then hang up.
+            # The rest of its output is already on its way: let it arrive, then hang up
+            # (a process it left running may hold the stream open).
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(asyncio.shield(self._stream.pump), 10)
+                await asyncio.wait_for(asyncio.shield(self._stream.pump), 2)
             self._stream.close()
 
     async def wait(self) -> int:
@@ -166,9 +189,12 @@ class DockerSandbox:
         self._egress_filtered = False
         self._net_lock = asyncio.Lock()
         self._stopped = False
-        #: Commands (execs, processes) running in the main container, and its idle command.
-        self._active = 0
-        self._keep: set[int] = set()
+        #: The image's ENTRYPOINT ([] without one) and the container's environment, which
+        #: every exec gets (Config.Env), as does a command run through container_join.
+        self._entrypoint: list[str] = []
+        self._env: list[str] = []
+        #: Commands run through container_join: their count names their marks.
+        self._joined = 0
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -262,24 +288,83 @@ class DockerSandbox:
             binds += [(self._volume(src), dst, ro) for src, dst, ro in self.setup.main_binds]
             self._container = await self._run_container(
                 f"{self.prefix}-main", self.setup.image, role="sandbox", command=IDLE_COMMAND,
-                entrypoint=[], env=self.setup.env, network=network, aliases=aliases,
+                entrypoint=None, env=self.setup.env, network=network, aliases=aliases,
                 binds=binds, memory_mb=self.spec.memory_mb, cpus=self.spec.cpus,
                 pids=self.spec.pids_max, hostname="sandbox")
             self._egress_on = network == self._egress
             info = await self.engine.call(api.inspect_container, self._container)
+            self._entrypoint = list(info["Config"].get("Entrypoint") or [])
+            self._env = list(info["Config"].get("Env") or [])
             self._pid = int(info["State"].get("Pid") or 0)
-            if not proc_visible(self._pid):
+            if not info["State"].get("Running") or not proc_visible(self._pid):
+                info = await self.engine.call(api.inspect_container, self._container)
+                if not info["State"].get("Running"):  # its ENTRYPOINT exited at once
+                    raise ContainerExited(await self._gone_message())
                 raise SandboxError(
                     f"the container's processes are not visible here (pid {self._pid}): the "
                     "docker backend needs the engine on this host (rootful Docker or Podman)")
             self._pidns = os.readlink(f"/proc/{self._pid}/ns/pid")
-            self._keep = await self._idle_children()
+            await self._settle_entrypoint()
             self._counters = CgroupCounters.of(self._pid)
             for folder in (self.spec.workdir, *self.spec.binds.values()):
                 await self.mkdir(folder)
+            await self._pin_mount_points()
         except BaseException:
             await asyncio.shield(self.stop())
             raise
+
+    async def _settle_entrypoint(self) -> None:
+        """An image's ENTRYPOINT that fails at once ends the sandbox here, before any
+        command: wait until it started a process (the idle command, a service), exited,
+        or ENTRYPOINT_SETTLE_SEC passed."""
+        if not self._entrypoint:
+            return
+        deadline = time.monotonic() + ENTRYPOINT_SETTLE_SEC
+        while time.monotonic() < deadline and self._alive():
+            if child_pids(self._pid):
+                return
+            await asyncio.sleep(0.02)
+        if not self._alive():
+            raise ContainerExited(await self._gone_message())
+
+    def _alive(self) -> bool:
+        """Is the container's PID 1 still running (a pid reused meanwhile is not it)?"""
+        try:
+            same = os.readlink(f"/proc/{self._pid}/ns/pid") == self._pidns
+            state = Path(f"/proc/{self._pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            return False
+        return same and state != "Z"
+
+    async def _gone_message(self) -> str:
+        what = ("its PID 1, the image's ENTRYPOINT " + shlex.join(self._entrypoint)
+                if self._entrypoint else "its PID 1")
+        log = ""
+        with contextlib.suppress(Exception):
+            raw = await self.engine.call(self.engine.api.logs, self._container, tail=40)
+            log = bytes(raw).decode(errors="replace")[-2000:].strip()
+        return (f"the sandbox's container is gone: {what} exited"
+                + (f"; its output ends: {log}" if log else " without output"))
+
+    async def _pin_mount_points(self) -> None:
+        """Make each mount point (and its parents) a folder bound onto itself, before any
+        command runs: no command can then move, remove or replace it (no CAP_SYS_ADMIN in
+        the container), and a verifier's folders are mounted exactly there."""
+        chain = mount_point_chain(self.spec.mount_points)
+        if not chain:
+            return
+        code, err = await self._join({"mode": "pin", "pid": self._pid, "paths": chain})
+        if code != 0:
+            raise SandboxError(f"cannot pin the sandbox's mount points: {err.strip()}")
+
+    async def _join(self, request: dict[str, Any]) -> tuple[int, str]:
+        """Run container_join with `request`, waiting for it (pinning: quick)."""
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-I", "-S", container_join.__file__, json.dumps(request),
+            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.PIPE, env={"PATH": DEFAULT_PATH})
+        _, err = await proc.communicate()
+        return int(proc.returncode or 0), err.decode(errors="replace")
 
     def _volume(self, source: str) -> str:
         """A compose volume name -> this trial's volume; host paths stay as they are."""
@@ -480,25 +565,6 @@ class DockerSandbox:
         if self._pidns is not None:
             await self.engine.call(kill_marked, mark, self._pidns)
 
-    async def _idle_children(self) -> set[int]:
-        """PID 1's child, IDLE_COMMAND's sleep (waited for: PID 1 forks it)."""
-        for _ in range(200):
-            children = set(child_pids(self._pid))
-            if children:
-                return children
-            await asyncio.sleep(0.01)
-        raise SandboxError("the container's init started no idle command")
-
-    def _began(self) -> None:
-        self._active += 1
-
-    async def _ended(self) -> None:
-        """Once no command runs, nothing but the idle command may: a process that cleared
-        its command's mark and was adopted by the container's init dies here."""
-        self._active -= 1
-        if self._active == 0 and self._pid and self._container is not None:
-            await self.engine.call(kill_orphans, self._pid, self._keep)
-
     async def _exit_code(self, exec_id: str) -> int | None:
         for _ in range(100):
             try:
@@ -511,7 +577,7 @@ class DockerSandbox:
             await asyncio.sleep(0.02)
         return None
 
-    def _env(self, extra: dict[str, str] | None, token: str) -> dict[str, str]:
+    def _marked(self, extra: dict[str, str] | None, token: str) -> dict[str, str]:
         return {**(extra or {}), EXEC_MARK: token}
 
     @override
@@ -528,104 +594,118 @@ class DockerSandbox:
         max_output_bytes: int = 8 * 1024 * 1024,
         mounts: dict[str, Path] | None = None,
     ) -> ExecResult:
-        self._check_running()
+        container = self._check_running()
+        if not self._alive():
+            raise ContainerExited(await self._gone_message())
         await self._set_network(network)
         argv = command if isinstance(command, list) else ["bash", "-c", command]
-        if not mounts:
-            return await self._run(argv, timeout_sec=timeout_sec, env=env,
-                                   cwd=cwd or self.spec.workdir, user=user, stdin=stdin,
-                                   max_output_bytes=max_output_bytes)
-        check_mount_points(self.spec, mounts)
-        # A running container gets no new mounts: the folders are copied in, and back out
-        # after. As nothing a command starts outlives it here (see _ended), no other
-        # process is left to see them in between.
-        for inside, host in mounts.items():
-            await self.upload(host, inside)
-            owner = host.stat()
-            if owner.st_uid or owner.st_gid:  # upload makes root the owner: keep the host's
-                os.chown(self.host_path(inside), owner.st_uid, owner.st_gid,
-                         follow_symlinks=False)
-        try:
-            return await self._run(argv, timeout_sec=timeout_sec, env=env,
-                                   cwd=cwd or self.spec.workdir, user=user, stdin=stdin,
-                                   max_output_bytes=max_output_bytes)
-        finally:
-            await asyncio.shield(self._copy_back(mounts))
-
-    async def _copy_back(self, mounts: dict[str, Path]) -> None:
-        """A command's own folders back to the host, and out of the container."""
-        for inside, host in mounts.items():
-            fresh = host.with_name(f".{host.name}.out")
-            await self.engine.call(remove_tree, fresh, ignore_errors=True)
-            try:
-                await self.download(inside, fresh)
-            except SandboxError:
-                fresh.mkdir(exist_ok=True)
-            await self.engine.call(remove_tree, host)
-            fresh.rename(host)
-            await self.remove(inside)
-            await self.mkdir(inside)
-
-    async def _run(self, argv: list[str], *, timeout_sec: float | None = None,
-                   env: dict[str, str] | None = None, cwd: str | None = None,
-                   user: str | None = None, stdin: bytes | None = None,
-                   max_output_bytes: int = 8 * 1024 * 1024) -> ExecResult:
-        return await self._exec_in(self._check_running(), argv, timeout_sec=timeout_sec,
-                                   env=env, cwd=cwd, user=user, stdin=stdin,
-                                   max_output_bytes=max_output_bytes, main=True)
+        if mounts:
+            check_mount_points(self.spec, mounts)
+            return await self._exec_joined(argv, mounts, timeout_sec=timeout_sec, env=env,
+                                           cwd=cwd or self.spec.workdir, user=user,
+                                           max_output_bytes=max_output_bytes)
+        return await self._exec_once(container, argv, timeout_sec=timeout_sec, env=env,
+                                     cwd=cwd or self.spec.workdir, user=user, stdin=stdin,
+                                     max_output_bytes=max_output_bytes, main=True)
 
     async def _exec_in(self, container: str, argv: list[str], *,
                        timeout_sec: float | None = None, env: dict[str, str] | None = None,
                        cwd: str | None = None, user: str | None = None,
-                       stdin: bytes | None = None, max_output_bytes: int = 8 * 1024 * 1024,
-                       main: bool = False) -> ExecResult:
-        if main:
-            self._began()
-        try:
-            return await self._exec_once(container, argv, timeout_sec=timeout_sec, env=env,
-                                         cwd=cwd, user=user, stdin=stdin,
-                                         max_output_bytes=max_output_bytes, main=main)
-        finally:
-            if main:
-                await asyncio.shield(self._ended())
+                       stdin: bytes | None = None,
+                       max_output_bytes: int = 8 * 1024 * 1024) -> ExecResult:
+        """A command in a compose service's container (its healthcheck)."""
+        return await self._exec_once(container, argv, timeout_sec=timeout_sec, env=env,
+                                     cwd=cwd, user=user, stdin=stdin,
+                                     max_output_bytes=max_output_bytes, main=False)
 
     async def _exec_once(self, container: str, argv: list[str], *, timeout_sec: float | None,
                          env: dict[str, str] | None, cwd: str | None, user: str | None,
                          stdin: bytes | None, max_output_bytes: int, main: bool) -> ExecResult:
+        """One exec. In the main container what it leaves running lives on (unless it
+        times out); in a service's container everything it started ends with it."""
         token = secrets.token_hex(12)
         mark = f"{EXEC_MARK}={token}"
         counters = self._counters if main else None
         before = counters.read() if counters else (0, 0)
         started = time.monotonic()
-        stream, pid = await self._start_exec(container, argv, self._env(env, token), cwd, user,
-                                             stdin is not None)
+        stream, pid = await self._start_exec(container, argv, self._marked(env, token), cwd,
+                                             user, stdin is not None)
         feeder = asyncio.ensure_future(self._feed(stream, stdin))
-        readers = asyncio.gather(read_capped(stream.stdout, max_output_bytes),
-                                 read_capped(stream.stderr, max_output_bytes))
+        out = CappedReader(stream.stdout, max_output_bytes)
+        err = CappedReader(stream.stderr, max_output_bytes)
+        finished = False
         timed_out = False
         try:
             try:
                 async with asyncio.timeout(timeout_sec):
                     await self._wait_main(stream.exec_id, pid)
+                finished = True
             except TimeoutError:
                 timed_out = True
         finally:
             feeder.cancel()
-            # Everything the command started dies with it (also when we are cancelled).
-            pidns = self._pidns if main else await self._pidns_of(container)
-            await asyncio.shield(self.engine.call(kill_marked, mark, pidns))
+            if not (finished and main):  # timed out, cancelled, or a service's command
+                pidns = self._pidns if main else await self._pidns_of(container)
+                await asyncio.shield(self.engine.call(kill_marked, mark, pidns))
         try:
-            (out, out_trunc), (err, err_trunc) = await asyncio.wait_for(readers, 10)
-        except TimeoutError:
-            out, out_trunc, err, err_trunc = b"", True, b"", True
+            stdout = await out.collect(OUTPUT_GRACE_SEC)
+            stderr = await err.collect(OUTPUT_GRACE_SEC)
         finally:
             stream.close()
         code = None if timed_out else await self._exit_code(stream.exec_id)
         limit = limit_between(before, counters.read()) if counters else None
         return ExecResult(
-            stdout=out.decode(errors="replace"), stderr=err.decode(errors="replace"),
+            stdout=stdout.decode(errors="replace"), stderr=stderr.decode(errors="replace"),
             exit_code=code, duration_sec=time.monotonic() - started, timed_out=timed_out,
-            limit_hit=limit, truncated=out_trunc or err_trunc,  # type: ignore[arg-type]
+            limit_hit=limit, truncated=out.truncated or err.truncated,  # type: ignore[arg-type]
+        )
+
+    async def _exec_joined(self, argv: list[str], mounts: dict[str, Path], *,
+                           timeout_sec: float | None, env: dict[str, str] | None,
+                           cwd: str, user: str | None, max_output_bytes: int) -> ExecResult:
+        """A command with folders of its own, run by container_join from the host (see
+        its docstring); everything it started ends with it, as a verifier's must."""
+        self._joined += 1
+        token = f"{secrets.token_hex(8)}-j{self._joined}"
+        environment = dict(line.split("=", 1) for line in self._env if "=" in line)
+        environment.setdefault("PATH", DEFAULT_PATH)
+        if user not in (None, "0", "root"):  # the user's own, from the container's passwd
+            environment.pop("HOME", None)
+        environment.update(self._marked(env, token))
+        request = {"mode": "run", "pid": self._pid, "argv": argv, "env": environment,
+                   "cwd": cwd, "user": user,
+                   "mounts": {inside: str(host) for inside, host in mounts.items()}}
+        before = self._counters.read() if self._counters else (0, 0)
+        started = time.monotonic()
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-I", "-S", container_join.__file__, json.dumps(request),
+            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE, env={"PATH": DEFAULT_PATH})
+        out = CappedReader(proc.stdout, max_output_bytes)
+        err = CappedReader(proc.stderr, max_output_bytes)
+        timed_out = False
+        try:
+            async with asyncio.timeout(timeout_sec):
+                await proc.wait()
+        except TimeoutError:
+            timed_out = True
+        finally:
+            if proc.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
+                await asyncio.shield(proc.wait())
+            await asyncio.shield(self.engine.call(kill_marked, f"{EXEC_MARK}={token}",
+                                                  self._pidns))
+        stdout = await out.collect(OUTPUT_GRACE_SEC)
+        stderr = await err.collect(OUTPUT_GRACE_SEC)
+        if proc.returncode == container_join.EXIT_SETUP and b"sandlot: cannot" in stderr:
+            raise SandboxError(stderr.decode(errors="replace").strip().splitlines()[-1])
+        limit = limit_between(before, self._counters.read()) if self._counters else None
+        return ExecResult(
+            stdout=stdout.decode(errors="replace"), stderr=stderr.decode(errors="replace"),
+            exit_code=None if timed_out else proc.returncode,
+            duration_sec=time.monotonic() - started, timed_out=timed_out,
+            limit_hit=limit, truncated=out.truncated or err.truncated,  # type: ignore[arg-type]
         )
 
     async def _pidns_of(self, container: str) -> str | None:
@@ -654,17 +734,14 @@ class DockerSandbox:
         stream_limit: int = 64 * 1024 * 1024,
     ) -> DockerProcess:
         container = self._check_running()
+        if not self._alive():
+            raise ContainerExited(await self._gone_message())
         await self._set_network(network)
         token = secrets.token_hex(12)
         before = self._counters.read() if self._counters else (0, 0)
-        self._began()
-        try:
-            stream, pid = await self._start_exec(container, command, self._env(env, token),
-                                                 cwd or self.spec.workdir, user, True,
-                                                 stream_limit)
-        except BaseException:
-            await asyncio.shield(self._ended())
-            raise
+        stream, pid = await self._start_exec(container, command, self._marked(env, token),
+                                             cwd or self.spec.workdir, user, True,
+                                             stream_limit)
         return DockerProcess(self, stream, f"{EXEC_MARK}={token}", pid, before)
 
     # -- files ---------------------------------------------------------------------------

@@ -42,6 +42,7 @@ from sandlot.sandbox.base import (
     Network,
     SandboxSpec,
     check_mount_points,
+    mount_point_chain,
 )
 from sandlot.sandbox.cgroups import CgroupLimits
 from sandlot.sandbox.changes import Change, walk_upper
@@ -530,23 +531,12 @@ class LocalSandbox:
                 resolv.unlink()
             resolv.write_text(f"nameserver {SLIRP_DNS}\n")
 
-    def _mount_point_chain(self) -> list[str]:
-        """The spec's mount points and their parents, parents first."""
-        chain: list[str] = []
-        for point in (*self.spec.mount_points, *self.spec.binds.values()):
-            parts = [p for p in point.split("/") if p]
-            for depth in range(1, len(parts) + 1):
-                path = "/" + "/".join(parts[:depth])
-                if path not in chain:
-                    chain.append(path)
-        return sorted(chain, key=lambda p: p.count("/"))
-
     async def _pin_mount_points(self) -> None:
         """Make each mount point (and its parents) a real folder that is a mount point
         itself, before any command runs: no command can then move, remove or replace it
         with a symlink, and bwrap mounts a verifier's folders exactly there (a symlink on
         the way would have it mount, or even create folders, elsewhere)."""
-        chain = self._mount_point_chain()
+        chain = mount_point_chain((*self.spec.mount_points, *self.spec.binds.values()))
         if not chain:
             return
         root = self.host_path("/")
