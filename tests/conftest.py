@@ -24,6 +24,12 @@ from suite_guard import (  # noqa: F401  (hooks: the run's bounds and its end-of
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples" / "tasks"
 
+#: The tasks written for the tests say `FROM debian:bookworm-slim` and mean the host's root
+#: (the local sandbox's own behaviour is what they test). Without this, a machine that
+#: reaches Docker Hub would pull that image and run them on it; tests of pulled images say
+#: --image-policy (or image_policy=) themselves. The CLIs the tests start inherit it.
+os.environ.setdefault("SANDLOT_IMAGE_POLICY", "host")
+
 
 @pytest.fixture(scope="session")
 def examples_dir() -> Path:

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sandlot.hostguard import remove_tree
+from sandlot.images.store import IMAGES_FOLDER
 from sandlot.sandbox.local_backend import LocalBackend, folder_owner
 
 #: The pulled images of the local sandbox (sandlot.images.ImageStore), under the cache.
-IMAGES_FOLDER = "images"
 
 
 class CacheInUseError(Exception):

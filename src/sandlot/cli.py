@@ -254,7 +254,16 @@ def run(
     base_image_override: Annotated[list[str] | None, typer.Option(
         "--base-image-override",
         help="OLD=NEW: build FROM NEW wherever a Dockerfile or compose file names OLD "
-        "(docker backend; repeatable).")] = None,
+        "(repeatable).")] = None,
+    image_policy: Annotated[str, typer.Option(
+        envvar="SANDLOT_IMAGE_POLICY",
+        help="Local sandbox: auto (pull the task's image; if it cannot be pulled, run on "
+        "this host's root and label the result host-fallback), strict (such a task fails "
+        "instead), host (never pull: every task on this host's root).")] = "auto",
+    insecure_registry: Annotated[list[str] | None, typer.Option(
+        "--insecure-registry",
+        help="HOST[:PORT] of a registry spoken to over plain HTTP (one on 127.0.0.0/8 "
+        "always is; repeatable).")] = None,
     cache_dir: Annotated[Path | None, typer.Option(
         help="Cache for build layers and scratch space. Default: ~/.cache/sandlot.")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only the final tables.")] = False,
@@ -329,7 +338,9 @@ def run(
     try:
         backend = create_backend(
             sandbox, cache, force_build=force_build,
-            base_image_overrides=parse_image_overrides(base_image_override))
+            base_image_overrides=parse_image_overrides(base_image_override),
+            image_policy=image_policy, insecure_registries=insecure_registry or (),
+            notify=lambda line: console.print(f"[yellow]{escape(line)}[/]"))
     except (ValueError, SandboxError) as exc:
         raise _fail(console, str(exc)) from exc
     gateway = None

@@ -133,6 +133,10 @@ class TrialResult(BaseModel):
     finished_at: str | None = None
     task_digest: str | None = None
     sandbox: str = "local"
+    environment: dict[str, str] | None = Field(
+        default=None, description="What the sandbox's root was: `base` image (with `image` "
+        "and its manifest `digest`), host (this machine's root) or host-fallback (the image "
+        "could not be pulled: `reason`; `python`, the Python that ran for a python: image).")
     agent_exit_code: int | None = Field(default=None, description="Exit code of the agent.")
     verifier_exit_code: int | None = Field(default=None, description="Exit code of test.sh.")
     usage: dict[str, object] | None = Field(
@@ -213,6 +217,10 @@ class JobSummary(BaseModel):
     mean_reward: float | None = Field(description="Mean headline reward of non-errored trials.")
     pass_at_k: dict[str, float] = Field(default_factory=dict)
     errors_by_kind: dict[str, int] = Field(default_factory=dict)
+    roots: dict[str, int] = Field(
+        default_factory=dict, description="Trials by what their sandbox's root was (image, "
+        "host, host-fallback; result.json `environment.base`): a host-fallback score is "
+        "not comparable with one on the task's image.")
     timing: dict[str, PhaseTiming] = Field(default_factory=dict)
     usage: dict[str, object] | None = Field(
         default=None, description="Gateway usage summed over trials (null: no model used).")

@@ -32,7 +32,14 @@ from sandlot.live import TrialLive
 from sandlot.models import ErrorInfo, TrialResult, utc_now
 from sandlot.redact import redact_text, redact_tree
 from sandlot.repair import RepairFailed, RepairSettings, feedback_template, run_with_repairs
-from sandlot.sandbox.base import EnvironmentRequest, Network, Sandbox, SandboxBackend, SandboxSpec
+from sandlot.sandbox.base import (
+    DescribesEnvironment,
+    EnvironmentRequest,
+    Network,
+    Sandbox,
+    SandboxBackend,
+    SandboxSpec,
+)
 from sandlot.sandbox.users import as_user, ensure_users
 from sandlot.tasks.loader import Task
 from sandlot.verify import TESTS_MOUNT, VERIFIER_LOGS, Verifier
@@ -228,6 +235,11 @@ class _Trial:
                                      log_dir=self.plan.dir / "setup")
         with _sandbox_failures("setup", ErrorKind.SANDBOX_SETUP_FAILED):
             self.sandbox = await self.backend.create(request)
+        if isinstance(self.sandbox, DescribesEnvironment):
+            info = self.sandbox.environment
+            self.result.environment = info.as_dict()
+            self.clock.log(f"root: {info.base}" + (f" ({info.image})" if info.image else "")
+                           + (f": {info.reason}" if info.reason else ""))
         return self.sandbox
 
     async def _start_services(self, sandbox: Sandbox) -> None:

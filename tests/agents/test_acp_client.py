@@ -56,7 +56,7 @@ def env(run, tmp_path: Path, cache_dir: Path) -> Iterator[dict[str, Any]]:
     request = EnvironmentRequest(spec=SandboxSpec(name=f"probe-{tmp_path.name}", workdir="/app"),
                                  environment_dir=task.environment_dir, digest=task.digest,
                                  build_timeout_sec=120, log_dir=tmp_path / "setup")
-    sandbox = run(LocalBackend(cache_dir).create(request))
+    sandbox = run(LocalBackend(cache_dir, image_policy="host").create(request))
     run(sandbox.upload(PROBE, PROBE_IN))
     trial = tmp_path / "trial"
     (trial / "agent").mkdir(parents=True)

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from sandlot.hostguard import remove_tree
+
 TOOLS = ("docker-registry", "skopeo", "umoci", "busybox")
 
 
@@ -127,3 +129,69 @@ def busybox_root(root: Path) -> None:
     (root / "old").mkdir()
     (root / "old" / "gone.txt").write_text("deleted by the next layer\n")
     (root / "old" / "kept.txt").write_text("kept\n")
+
+
+#: The Debian release of the "real" test image: another Python than the host's (Debian 12
+#: has 3.11; trixie has 3.13), so a task can tell which root it runs on.
+OTHER_DEBIAN = "trixie"
+OTHER_DEBIAN_LAYOUT = f"debian-{OTHER_DEBIAN}-python-1"
+
+
+def other_debian_layout(keep: Path) -> Path:
+    """An OCI layout (tag `img`) of a debootstrap'd Debian trixie (minbase + python3) with
+    /etc/marker, built once per machine and kept under `keep`; skips without a mirror."""
+    layout = keep / OTHER_DEBIAN_LAYOUT
+    if (layout / "index.json").is_file():
+        return layout
+    import os
+    import sys
+    import tempfile
+
+    sandbox_tests = str(Path(__file__).resolve().parents[1] / "sandbox")
+    if sandbox_tests not in sys.path:  # docker_support's home, when only tests/images run
+        sys.path.insert(0, sandbox_tests)
+    from docker_support import host_debian_mirror
+
+    if shutil.which("debootstrap") is None:
+        pytest.skip("debootstrap is not installed (apt-get install debootstrap)")
+    mirror = os.environ.get("SANDLOT_DEBIAN_MIRROR") or host_debian_mirror()
+    if mirror is None:
+        pytest.skip("no Debian mirror: the host's apt names none; set SANDLOT_DEBIAN_MIRROR")
+    keep.mkdir(parents=True, exist_ok=True)
+    # Not TemporaryDirectory: a debootstrap cut short may leave /proc mounted in its root,
+    # and remove_tree refuses to delete through a mount (the host's /proc behind it).
+    tmp = tempfile.mkdtemp(prefix="sandlot-debootstrap-", dir="/var/tmp")
+    try:
+        root = Path(tmp) / "root"
+        proc = subprocess.run(["debootstrap", "--variant=minbase", "--include=python3-minimal",
+                               OTHER_DEBIAN, str(root), mirror],
+                              capture_output=True, text=True, timeout=1200)
+        if proc.returncode != 0:
+            pytest.skip(f"debootstrap {OTHER_DEBIAN} failed (no mirror?): {proc.stderr[-500:]}")
+        (root / "etc" / "marker").write_text(f"debian {OTHER_DEBIAN} test image\n")
+        for cache in ("var/cache/apt/archives", "var/lib/apt/lists"):
+            for entry in (root / cache).glob("*.deb"):
+                entry.unlink()
+        layer = Path(tmp) / "layer.tar"
+        # The mount points' contents (a debootstrap may hold /proc mounted) stay out.
+        _run("tar", "--numeric-owner", "--xattrs", "-C", str(root), "-cf", str(layer),
+             "--exclude=./proc/*", "--exclude=./sys/*", "--exclude=./dev/*", ".")
+        building = keep / f".{OTHER_DEBIAN_LAYOUT}-{os.getpid()}"
+        shutil.rmtree(building, ignore_errors=True)
+        _run("umoci", "init", "--layout", str(building))
+        _run("umoci", "new", "--image", f"{building}:img")
+        _run("umoci", "raw", "add-layer", "--image", f"{building}:img", str(layer))
+        _run("umoci", "config", "--image", f"{building}:img", "--config.env",
+             "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+        os.rename(building, layout)
+    finally:
+        remove_tree(Path(tmp))
+    return layout
+
+
+def push_layout(registry: Registry, layout: Path, name: str) -> str:
+    """Push an OCI layout's `img` as `name`; returns its manifest digest."""
+    _run("skopeo", "copy", "--quiet", "--dest-tls-verify=false", f"oci:{layout}:img",
+         f"docker://{registry.address}/{name}")
+    return _run("skopeo", "inspect", "--tls-verify=false", "--format", "{{.Digest}}",
+                f"docker://{registry.address}/{name}").strip()

@@ -72,14 +72,19 @@ def test_the_second_pull_takes_every_layer_from_the_cache(registry, base_image, 
 def test_a_digest_pin_pulls_that_image_and_later_needs_no_registry(base_image, tmp_path):
     with running_registry(tmp_path / "registry") as own:
         digest = push_image(own, tmp_path / "build", "test/pinned:1", [busybox_root])
+        push_image(own, tmp_path / "build2", "test/other:1", [busybox_root])
         store = ImageStore(tmp_path / "images")
         pinned = f"{own.address}/test/pinned@{digest}"
         assert pull(store, pinned).digest == digest
-    # The registry is gone: a pinned image already in the cache is used offline.
+        tagged = pull(store, f"{own.address}/test/other:1")
+    # The registry is gone: a pinned image already in the cache is used offline, and so
+    # is a tag pulled before (as `docker run` uses a local tag), at the digest it had.
     offline = pull(store, pinned)
     assert offline.digest == digest and offline.unpacked == ()
+    again = pull(store, f"{own.address}/test/other:1")
+    assert again.digest == tagged.digest and again.unpacked == ()
     with pytest.raises(ImagePullError, match="cannot pull"):
-        pull(store, f"{own.address}/test/pinned:1")  # a tag must be resolved: no registry
+        pull(store, f"{own.address}/test/pinned:1")  # a tag never pulled needs its registry
 
 
 def test_a_missing_image_is_one_line_naming_image_and_registry(registry, tmp_path):

@@ -64,12 +64,16 @@ def test_link_loop_is_an_error(root):
 # -- layer_key -----------------------------------------------------------------------------
 
 
-def test_layer_key_follows_digest_and_base_image():
+def test_layer_key_follows_digest_base_image_and_the_root_it_was_built_on():
     plan = parse_dockerfile("FROM debian:bookworm-slim\nRUN true\n")
     other_base = parse_dockerfile("FROM python:3.12-slim\nRUN true\n")
-    assert layer_key("d1", plan) == layer_key("d1", plan)
-    assert layer_key("d1", plan) != layer_key("d2", plan)
-    assert layer_key("d1", plan) != layer_key("d1", other_base)
+    assert layer_key("d1", plan, "host") == layer_key("d1", plan, "host")
+    assert layer_key("d1", plan, "host") != layer_key("d2", plan, "host")
+    assert layer_key("d1", plan, "host") != layer_key("d1", other_base, "host")
+    # The same tag pulled again at another digest is another build.
+    one, other = "sha256:" + "a" * 64, "sha256:" + "b" * 64
+    assert layer_key("d1", plan, one) != layer_key("d1", plan, other)
+    assert layer_key("d1", plan, "host") != layer_key("d1", plan, "host-fallback")
 
 
 # -- LayerCache ----------------------------------------------------------------------------

@@ -73,7 +73,7 @@ def backend(request: pytest.FixtureRequest, cache_dir: Path) -> SandboxBackend:
             check_local_backend()
         except SandboxError as exc:
             pytest.skip(f"local sandbox cannot run here: {exc}")
-        return LocalBackend(cache_dir)
+        return LocalBackend(cache_dir, image_policy="host")
     if request.param == "docker":
         from docker_support import engine_or_skip, tiny_image
 

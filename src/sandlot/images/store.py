@@ -7,6 +7,8 @@ fetched content-addressed, shared by every trial and job:
     <cache>/images/layers/<hex>/          one unpacked layer per layer digest (overlay form)
     <cache>/images/pulled/<hex>.json      one pulled image: its manifest digest, config and
                                           layer digests, written last
+    <cache>/images/refs/<sha>.json        the digest a name:tag had when it was pulled: the
+                                          tag is used from the cache, as Docker does
 
 Every entry appears whole or not at all: a layer is unpacked into a temporary folder and
 renamed into place, and an image's record is written (atomically) only once all of its
@@ -18,8 +20,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import hashlib
 import json
 import os
+import re
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -32,6 +36,8 @@ from sandlot.images.reference import ImageRef, parse_image_ref
 from sandlot.images.unpack import LayerUnpackError, unpack_layer
 
 PULL_TIMEOUT_SEC = 1800.0
+#: The cache's subfolder that holds pulled images (`sandlot clean --images`).
+IMAGES_FOLDER = "images"
 _MANIFEST_TYPES = ("application/vnd.oci.image.manifest.v1+json",
                    "application/vnd.docker.distribution.manifest.v2+json")
 
@@ -85,12 +91,35 @@ class ImageStore:
                        self.root / "tmp"):
             folder.mkdir(parents=True, exist_ok=True)
         async with self._locked():
-            if ref.digest is not None:  # pinned and already here: no network needed
-                cached = await asyncio.to_thread(self._cached, ref, ref.digest)
+            # Pinned, or pulled before by this name (as `docker run` takes a local tag):
+            # no network needed, and every trial of a job runs on the same digest.
+            known = ref.digest or await asyncio.to_thread(self._known_digest, ref)
+            if known is not None:
+                cached = await asyncio.to_thread(self._cached, ref, known)
                 if cached is not None:
                     return cached
             manifest_digest = await self._fetch(ref)
-            return await asyncio.to_thread(self._assemble, ref, manifest_digest)
+            pulled = await asyncio.to_thread(self._assemble, ref, manifest_digest)
+            if ref.digest is None:
+                await asyncio.to_thread(self._remember, ref, manifest_digest)
+            return pulled
+
+    def _ref_record(self, ref: ImageRef) -> Path:
+        return self.root / "refs" / f"{hashlib.sha256(str(ref).encode()).hexdigest()}.json"
+
+    def _known_digest(self, ref: ImageRef) -> str | None:
+        """The manifest digest `ref` (a name and tag) had when it was last pulled."""
+        try:
+            record = json.loads(self._ref_record(ref).read_text())
+            digest = str(record["digest"])
+            _hex(digest)
+        except (OSError, ValueError, KeyError, TypeError, ImagePullError):
+            return None
+        return digest if record.get("ref") == str(ref) else None
+
+    def _remember(self, ref: ImageRef, manifest_digest: str) -> None:
+        self._ref_record(ref).parent.mkdir(parents=True, exist_ok=True)
+        write_json(self._ref_record(ref), {"ref": str(ref), "digest": manifest_digest})
 
     @contextlib.asynccontextmanager
     async def _locked(self) -> AsyncIterator[None]:
@@ -208,8 +237,18 @@ def _registry_name(ref: ImageRef) -> str:
     return ref.registry or "the default registry"
 
 
+#: skopeo's log format: `time="…" level=fatal msg="…"`.
+_LOG_MESSAGE = re.compile(r'\blevel=\w+ msg="(?P<msg>(?:[^"\\]|\\.)*)"')
+
+
 def _last_line(text: str) -> str:
+    """skopeo's last message, without its log decoration."""
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
-    return (lines[-1] if lines else "skopeo failed without a message")[-400:]
+    line = lines[-1] if lines else "skopeo failed without a message"
+    logged = _LOG_MESSAGE.search(line)
+    if logged:
+        line = re.sub(r'\\(.)', r"\1", logged.group("msg"))
+        line = re.sub(r"^initializing source [^ ]+: ", "", line)
+    return line[-400:]
 
 

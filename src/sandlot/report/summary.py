@@ -96,6 +96,8 @@ def summarize(job_name: str, agent: str, model: str | None, n_planned: int, max_
         mean_reward=round(sum(rewards) / len(rewards), 6) if rewards else None,
         pass_at_k=task_pass_at_k(results, max_k),
         errors_by_kind=dict(sorted(kinds.items())),
+        roots=dict(sorted(Counter(str(r.environment.get("base"))
+                                  for r in results if r.environment).items())),
         timing={p: PhaseTiming(mean_sec=round(sum(v) / len(v), 4), total_sec=round(sum(v), 4))
                 for p, v in phases.items()},
         usage=usage, retried_usage=retried,

@@ -89,6 +89,9 @@ def summary_table(summary: JobSummary) -> Table:
         if summary.telemetry_coverage is not None:
             rows.append(("telemetry coverage", _pct(summary.telemetry_coverage)))
     rows += [(f"errors: {kind}", str(n)) for kind, n in summary.errors_by_kind.items()]
+    if summary.roots.get("host-fallback"):
+        rows.append(("ran on the host's root, not their image (host-fallback)",
+                     f"[yellow]{summary.roots['host-fallback']}[/]"))
     rows += [(f"time {phase} (mean / total)", f"{t.mean_sec:.2f}s / {t.total_sec:.1f}s")
              for phase, t in summary.timing.items()]
     for name, value in rows:

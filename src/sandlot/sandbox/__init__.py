@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from sandlot.sandbox.base import (
@@ -16,23 +18,47 @@ BACKENDS = ("local", "docker")
 
 
 def create_backend(name: str, cache_dir: Path, *, force_build: bool = False,
-                   base_image_overrides: dict[str, str] | None = None) -> SandboxBackend:
+                   base_image_overrides: dict[str, str] | None = None,
+                   image_policy: str = "auto", insecure_registries: Sequence[str] = (),
+                   notify: Callable[[str], None] | None = None) -> SandboxBackend:
     """Raises: ValueError for an unknown name; SandboxError if the backend cannot run here.
 
-    `force_build` and `base_image_overrides` (OLD -> NEW image) apply to the docker backend;
-    the local backend builds from the host's root and ignores them.
+    `base_image_overrides` (OLD -> NEW image) apply to both backends, `force_build` to the
+    docker one; `image_policy`, `insecure_registries` and `notify` (where the one line
+    about an image that cannot be pulled goes) to the local one, which pulls images itself.
     """
     if name == "local":
-        from sandlot.sandbox.local_backend import LocalBackend, check_local_backend
+        from sandlot.images import ImageStore
+        from sandlot.images.store import IMAGES_FOLDER
+        from sandlot.sandbox.local_backend import IMAGE_POLICIES, LocalBackend, check_local_backend
 
+        if image_policy not in IMAGE_POLICIES:
+            raise ValueError(f"--image-policy must be one of {', '.join(IMAGE_POLICIES)}, "
+                             f"not {image_policy!r}")
         check_local_backend()
-        return LocalBackend(cache_dir)
+        store = ImageStore(cache_dir / IMAGES_FOLDER,
+                           insecure_registries=frozenset(insecure_registries),
+                           auth_file=registry_auth_file())
+        return LocalBackend(cache_dir, image_policy=image_policy,  # type: ignore[arg-type]
+                            images=store, base_image_overrides=base_image_overrides,
+                            notify=notify)
     if name == "docker":
         from sandlot.sandbox.docker_backend import DockerBackend
 
         return DockerBackend(cache_dir, force_build=force_build,
                              base_image_overrides=base_image_overrides)
     raise ValueError(f"unknown sandbox {name!r}; choose one of: {', '.join(BACKENDS)}")
+
+
+def registry_auth_file() -> Path | None:
+    """Registry credentials as Docker and Podman keep them: REGISTRY_AUTH_FILE, else
+    Docker's ~/.docker/config.json (skopeo reads Podman's own auth.json by itself)."""
+    named = os.environ.get("REGISTRY_AUTH_FILE")
+    if named:
+        return Path(named)
+    docker_config = Path(os.environ.get("DOCKER_CONFIG") or Path.home() / ".docker")
+    config = docker_config / "config.json"
+    return config if config.is_file() else None
 
 
 def parse_image_overrides(values: list[str] | None) -> dict[str, str]:

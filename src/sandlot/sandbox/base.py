@@ -57,6 +57,17 @@ class SandboxSpec:
     masked_paths: tuple[Path, ...] = ()
     #: Read-only layers (oldest last) stacked over the base image, e.g. a cached build.
     layers: tuple[Path, ...] = ()
+    #: The image the sandbox's root is made of, its unpacked layers oldest first (the
+    #: local backend; none: the host's own root, with its private parts hidden).
+    root_layers: tuple[Path, ...] = ()
+    #: The environment the image's config sets (its Env), under `env`; None: the usual
+    #: PATH and LANG of a Debian image (a sandbox on the host's root).
+    base_env: dict[str, str] | None = None
+    #: Paths of the host's root that a sandbox on it lacks (e.g. Python's
+    #: EXTERNALLY-MANAGED, absent from a python: image), and links it gains where the
+    #: host has nothing (path -> target): what a host-fallback adds to look like the image.
+    removed_paths: tuple[str, ...] = ()
+    added_links: dict[str, str] = field(default_factory=dict)
     #: Folders made (as root, from the host) when the sandbox starts, e.g. /logs/agent.
     folders: tuple[str, ...] = ()
     #: Where a command may mount host folders of its own (exec `mounts`): the verifier's
@@ -68,6 +79,38 @@ class SandboxSpec:
     entrypoint: tuple[str, ...] = ()
     entrypoint_takes_args: bool = True
     entrypoint_user: str | None = None
+
+
+#: What a local sandbox's root is: the task's image, the host's root because the task
+#: names no image (or --image-policy host), or the host's root because the image could
+#: not be had (a registry out of reach).
+BaseKind = Literal["image", "host", "host-fallback"]
+
+
+@dataclass(frozen=True)
+class EnvironmentInfo:
+    """What a trial's sandbox was made of, for result.json: results on different roots
+    (another image digest, the host's root) are not comparable, and the user must see it."""
+
+    base: BaseKind
+    #: The image the task names (after --base-image-override), if any.
+    image: str | None = None
+    #: The manifest digest the trial ran on.
+    digest: str | None = None
+    #: Why the trial is not on its image (base host-fallback), in one line.
+    reason: str | None = None
+    #: On a host-fallback of a `python:X.Y` image: the Python version that ran instead.
+    python: str | None = None
+
+    def as_dict(self) -> dict[str, str]:
+        return {k: v for k, v in self.__dict__.items() if v is not None}
+
+
+@runtime_checkable
+class DescribesEnvironment(Protocol):
+    """A sandbox that knows what its root is made of (see EnvironmentInfo)."""
+
+    environment: EnvironmentInfo
 
 
 def check_mount_points(spec: SandboxSpec, paths: Iterable[str]) -> None:

@@ -32,8 +32,10 @@ LOG_TAIL = 3000
 StartSandbox = Callable[[SandboxSpec, Path, Path], Coroutine[Any, Any, Any]]
 
 
-def layer_key(digest: str, plan: DockerfilePlan) -> str:
-    h = hashlib.sha256(f"{REPLAY_VERSION}\0{digest}\0{plan.base_image}".encode())
+def layer_key(digest: str, plan: DockerfilePlan, base: str) -> str:
+    """The cached build of environment/ (`digest`) on `base`: the manifest digest of the
+    image it was replayed on, or "host" / "host-fallback" for the host's root."""
+    h = hashlib.sha256(f"{REPLAY_VERSION}\0{digest}\0{plan.base_image}\0{base}".encode())
     return h.hexdigest()[:24]
 
 

@@ -19,6 +19,7 @@ import os
 import shlex
 import shutil
 import signal
+import stat
 import sys
 import time
 from collections.abc import Callable
@@ -37,6 +38,7 @@ from sandlot.hostguard import (
 from sandlot.sandbox import egress
 from sandlot.sandbox.base import (
     DEFAULT_PATH,
+    EnvironmentInfo,
     ExecResult,
     LimitKind,
     Network,
@@ -61,6 +63,9 @@ DEFAULT_MASKS = ("/root", "/home", "/tmp", "/var/tmp", "/run", "/mnt", "/media",
 CAPS = ("CHOWN", "DAC_OVERRIDE", "FSETID", "FOWNER", "NET_RAW", "SETGID", "SETUID",
         "SETFCAP", "SETPCAP", "NET_BIND_SERVICE", "SYS_CHROOT", "KILL", "AUDIT_WRITE")
 SLIRP_DNS = "10.0.2.3"
+#: /etc/hosts of an image that has none (as Docker writes it; the hostname is "sandbox").
+ETC_HOSTS = ("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
+             "127.0.1.1\tsandbox\n")
 #: The container's PID 1 (bwrap --as-pid-1): idles, as Harbor's `sleep infinity`, and
 #: reaps what is reparented to it (the shell waits with waitpid(-1)). As PID 1 it ignores
 #: every signal sent from inside, so `kill -9 -1` cannot end the container.
@@ -69,6 +74,9 @@ IDLE_COMMAND = ("/bin/sh", "-c", "while :; do sleep 3600; done")
 ENTRYPOINT_SETTLE_SEC = 2.0
 #: How long nothing may run in a starting container before its PID 1 counts as exited.
 PID_ONE_GONE_SEC = 0.5
+#: The most layers one overlay mount stacks (the kernel's limit is 500; one is kept for
+#: a cached build layer on top).
+MAX_IMAGE_LAYERS = 499
 #: /dev/shm's size, Docker's default.
 SHM_SIZE = "64m"
 #: How long a command's output is still read after it exited while a process it left
@@ -130,6 +138,25 @@ def _mask_layer(root: Path, masks: list[Path], files: list[Path] = ()) -> None: 
             target.touch(mode=0o600)
 
 
+def _adapt_layer(root: Path, removed: tuple[str, ...], links: dict[str, str]) -> set[str]:
+    """Whiteouts for `removed` and symlinks for `links` in an upper layer (see
+    SandboxSpec.removed_paths); returns the paths it wrote, which are no trial's changes."""
+    written: set[str] = set()
+    for path in removed:
+        target = root / path.lstrip("/")
+        _mirror_folders(root, Path(path).parent)
+        if not os.path.lexists(target):
+            os.mknod(target, stat.S_IFCHR | 0o600, os.makedev(0, 0))
+        written.add(path)
+    for path, link_target in links.items():
+        target = root / path.lstrip("/")
+        _mirror_folders(root, Path(path).parent)
+        if not os.path.lexists(target):
+            target.symlink_to(link_target)
+        written.add(path)
+    return written
+
+
 def _mirror_folders(root: Path, host_path: Path) -> None:
     """Make `host_path` and its missing parents under `root` with the host's owner/mode."""
     current = Path("/")
@@ -145,6 +172,8 @@ def _mirror_folders(root: Path, host_path: Path) -> None:
         target.chmod(mode)
 
 
+#: The ways to name root: commands run as root anyway, so they need no user switch.
+ROOT_USERS = frozenset({"0", "root", "0:0", "root:root", "0:root", "root:0"})
 #: Run "$@" as the user `$0` names (`name`, `uid`, `name:group`, `uid:gid`), as `docker exec
 #: -u` does: uid, gid and HOME from the sandbox's /etc/passwd (a uid without an entry gets
 #: its own number as gid and / as HOME), the supplementary groups of a named user, and no
@@ -171,6 +200,9 @@ if [ -n "$g" ]; then
     esac
 fi
 [ -n "${HOME+set}" ] || export HOME="$home"
+case $(setpriv --version 2>/dev/null) in *util-linux*) ;; *)
+    echo "sandlot: cannot run as '$0': the image has no setpriv of util-linux" >&2; exit 126;;
+esac
 exec setpriv --reuid="$uid" --regid="$gid" $groups -- "$@"
 """
 
@@ -348,6 +380,12 @@ class LocalSandbox:
         #: Pipes of finished commands still held open by processes they left running.
         self._drains: dict[asyncio.subprocess.Process, tuple[CappedReader, ...]] = {}
         self._private_ids = itertools.count(1)
+        #: With an image root: the environment before the trial (its lower layers merged),
+        #: and whether it is a mount in the holder's namespace (see _image_lower).
+        self._base_view: Path | None = None
+        self._base_view_in_holder = False
+        #: What the root is made of, for result.json (the backend says which image).
+        self.environment = EnvironmentInfo(base="image" if spec.root_layers else "host")
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -364,8 +402,11 @@ class LocalSandbox:
         if len(self.spec.layers) > 1:
             raise SandboxError("the local sandbox stacks at most one cached layer")
         layer = self.spec.layers[0] if self.spec.layers else None
-        hide, hide_files = host_paths_to_hide()
-        hide += [p.resolve() for p in self.spec.masked_paths if p.exists()]
+        image_root = bool(self.spec.root_layers)
+        # An image's root holds nothing of the host's: only the host's root needs hiding.
+        hide, hide_files = ([], []) if image_root else host_paths_to_hide()
+        if not image_root:
+            hide += [p.resolve() for p in self.spec.masked_paths if p.exists()]
         # Masks apply even above the workdir (e.g. WORKDIR /tmp/work): the workdir is
         # created afterwards inside the opaque, empty folder.
         def in_layer(path: Path) -> bool:
@@ -391,10 +432,14 @@ class LocalSandbox:
             upper = self._upper
             try:
                 _mask_layer(self._upper, hide, hide_files)
+                self._setup_paths |= _adapt_layer(self._upper, self.spec.removed_paths,
+                                                  self.spec.added_links)
             except OSError as exc:
                 raise SandboxError(f"cannot hide host paths in {self._upper}: {exc}") from exc
         lower = "/"
-        if layer is not None:
+        if image_root:
+            script, lower = self._image_lower(script, layer)
+        elif layer is not None:
             # Overlayfs refuses two lower layers on the same filesystem as "/", so the cached
             # layer is the upper of a read-only overlay that becomes this sandbox's lower.
             layer_view = self.scratch / "layer"
@@ -405,6 +450,9 @@ class LocalSandbox:
                        f'workdir={self._layer_work}" "{layer_view}" || exit 96; ')
             lower = str(layer_view)
         opts = f"lowerdir={lower},upperdir={upper},workdir={work}"
+        if len(self.spec.root_layers) > MAX_IMAGE_LAYERS:
+            raise SandboxError(f"the image has {len(self.spec.root_layers)} layers; overlay "
+                               f"stacks at most {MAX_IMAGE_LAYERS} (flatten the image)")
         shm = self.scratch / "shm"
         shm.mkdir(exist_ok=True)
         script += (
@@ -462,6 +510,30 @@ class LocalSandbox:
             # nft takes ~20 ms; the first outbound command waits for it (_ensure_network).
             self._egress_filter()
 
+    def _image_lower(self, script: str, layer: Path | None) -> tuple[str, str]:
+        """The overlay's lower directories for an image root (a cached build layer over
+        the image's layers, newest first) and a read-only view of them (`_bases`): the
+        environment a trial's changes are measured against. Each is named by a short link
+        in the sandbox's scratch folder, so a deep image fits one mount call and a cache
+        path may hold the ':' and ',' that overlay options cannot."""
+        layers = self.spec.root_layers
+        links = self.scratch / "lower"
+        links.mkdir(exist_ok=True)
+        stack = ([layer] if layer is not None else []) + list(reversed(layers))
+        for index, path in enumerate(stack):
+            (links / str(index)).symlink_to(path)
+        lower = ":".join(str(index) for index in range(len(stack)))
+        script += f'cd "{links}" || exit 96; '
+        if len(stack) == 1:
+            self._base_view = layers[0]
+            return script, lower
+        view = self.scratch / "base"
+        view.mkdir(exist_ok=True)
+        script += f'mount -t overlay overlay -o "ro,lowerdir={lower}" "{view}" || exit 96; '
+        self._base_view = view
+        self._base_view_in_holder = True
+        return script, lower
+
     def _egress_filter(self) -> asyncio.Future[object]:
         """The egress filter's installation, started on first need (sandlot.sandbox.egress)."""
         if self._egress is None:
@@ -504,6 +576,8 @@ class LocalSandbox:
             self._disk / "upper").lstrip("/")
         try:
             await asyncio.to_thread(_mask_layer, self._upper, hide, hide_files)
+            self._setup_paths |= await asyncio.to_thread(
+                _adapt_layer, self._upper, self.spec.removed_paths, self.spec.added_links)
         except OSError as exc:
             raise SandboxError(f"cannot hide host paths in the task's disk: {exc}") from exc
         self._holder.stdin.write(b"go\n")
@@ -521,15 +595,34 @@ class LocalSandbox:
         return st.f_bavail * st.f_frsize < 1024 * 1024 or st.f_favail == 0
 
     def _prepare_root(self) -> None:
-        root = self.host_path("/")
-        (root / self.spec.workdir.lstrip("/")).mkdir(parents=True, exist_ok=True)
-        for sandbox_path in (*self.spec.binds.values(), *self.spec.folders):
-            (root / sandbox_path.lstrip("/")).mkdir(parents=True, exist_ok=True)
-        resolv = root / "etc/resolv.conf"
+        """Folders and files every sandbox starts with. Each path is resolved inside the
+        root (host_path): an image's `/etc -> /` link must not point a write at the host."""
+        if self.spec.root_layers:
+            self._prepare_image_root()
+        for sandbox_path in (self.spec.workdir, *self.spec.binds.values(), *self.spec.folders):
+            self.host_path(sandbox_path).mkdir(parents=True, exist_ok=True)
+        resolv = self.host_path("/etc/resolv.conf")
         with contextlib.suppress(OSError):
             if resolv.is_symlink() or resolv.exists():
                 resolv.unlink()
             resolv.write_text(f"nameserver {SLIRP_DNS}\n")
+
+    def _prepare_image_root(self) -> None:
+        """What a container runtime gives every image: a shell for PID 1, a sticky /tmp,
+        /etc/hosts naming localhost and the sandbox (as Docker writes them)."""
+        if not os.path.lexists(self.host_path("/bin/sh")):
+            raise SandboxError("the image has no /bin/sh, which the sandbox's PID 1 and "
+                               "the task's scripts need")
+        tmp = self.host_path("/tmp")
+        if not os.path.lexists(tmp):
+            tmp.mkdir()
+            tmp.chmod(0o1777)
+        hosts = self.host_path("/etc/hosts")
+        with contextlib.suppress(OSError):
+            if not hosts.is_symlink() and (not hosts.exists() or hosts.stat().st_size == 0):
+                hosts.parent.mkdir(parents=True, exist_ok=True)
+                hosts.write_text(ETC_HOSTS)
+                self._setup_paths.add("/etc/hosts")
 
     async def _pin_mount_points(self) -> None:
         """Make each mount point (and its parents) a real folder that is a mount point
@@ -899,9 +992,12 @@ class LocalSandbox:
         """PATH, HOME, LANG as a container has them, then the task's env, then `extra`.
         A command run as a user gets that user's HOME (set inside, from /etc/passwd),
         unless the task or the caller names one."""
-        env = {"PATH": DEFAULT_PATH, "LANG": "C.UTF-8"}
+        if self.spec.base_env is None:
+            env = {"PATH": DEFAULT_PATH, "LANG": "C.UTF-8"}
+        else:  # the image's own, and a PATH if it sets none (as Docker does)
+            env = {"PATH": DEFAULT_PATH, **self.spec.base_env}
         if user is None:
-            env["HOME"] = "/root"
+            env.setdefault("HOME", "/root")
         env.update(self.spec.env)
         env.update(extra or {})
         return env
@@ -936,6 +1032,8 @@ class LocalSandbox:
         else:
             await self._drop_network()
         check_mount_points(self.spec, mounts or ())
+        if user in ROOT_USERS:  # already root: no switch (and no setpriv needed)
+            user = None
         pid_one = self._outer_pid if mounts else self._init_pid
         try:
             pidns_fd = os.open(f"/proc/{pid_one}/ns/pid", os.O_RDONLY)
@@ -1056,6 +1154,13 @@ class LocalSandbox:
         await asyncio.to_thread(remove_tree, self.host_path(remote))
 
     def _bases(self) -> list[Path]:
+        """The environment before the trial, top first: what changes are measured against."""
+        if self._base_view is not None:
+            if not self._base_view_in_holder:
+                return [self._base_view]
+            if self._holder is None:
+                raise SandboxError("sandbox not started")
+            return [Path(f"/proc/{self._holder.pid}/root") / str(self._base_view).lstrip("/")]
         layer = getattr(self, "_layer", None)
         return [layer, Path("/")] if layer is not None else [Path("/")]
 

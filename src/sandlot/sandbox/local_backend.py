@@ -6,18 +6,26 @@ import asyncio
 import os
 import secrets
 import shutil
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from typing_extensions import override
 
-from sandlot.errors import SandboxError, TrialError
+from sandlot.errors import ErrorKind, SandboxError, TrialError
 from sandlot.fsutil import write_atomic
 from sandlot.hostguard import remove_tree
-from sandlot.sandbox.base import EnvironmentRequest, Sandbox, SandboxSpec
+from sandlot.images import ImagePullError, ImageReferenceError, ImageStore, PulledImage
+from sandlot.images.config import ImageConfig
+from sandlot.images.reference import parse_image_ref
+from sandlot.images.store import IMAGES_FOLDER
+from sandlot.sandbox.base import EnvironmentInfo, EnvironmentRequest, Sandbox, SandboxSpec
 from sandlot.sandbox.cgroups import sweep_stale
 from sandlot.sandbox.layers import LayerCache, layer_key, replay_dockerfile
 from sandlot.sandbox.local import LocalSandbox
-from sandlot.tasks.dockerfile import parse_dockerfile
+from sandlot.tasks.dockerfile import DockerfilePlan, parse_dockerfile
 
 
 def folder_owner(name: str) -> int | None:
@@ -31,35 +39,75 @@ def _owner_dead(name: str) -> bool:
     return owner is not None and not Path(f"/proc/{owner}").exists()
 
 
+#: How the local backend gets a task's root: `auto` pulls the image the task names and
+#: falls back to the host's root (labelled host-fallback) when it cannot; `strict` refuses
+#: the task instead; `host` never pulls (every task on the host's root, labelled host).
+ImagePolicy = Literal["auto", "strict", "host"]
+IMAGE_POLICIES: tuple[str, ...] = ("auto", "strict", "host")
+
+
+@dataclass(frozen=True)
+class Root:
+    """What a sandbox of the task is rooted in, and how result.json names it."""
+
+    info: EnvironmentInfo
+    image: PulledImage | None = None
+    config: ImageConfig | None = None
+    #: Host-fallback adaptations (SandboxSpec.removed_paths / added_links).
+    removed_paths: tuple[str, ...] = ()
+    added_links: dict[str, str] = field(default_factory=dict)
+
+
 class LocalBackend:
-    """Scratch space and cached layers live under `cache_dir` (masked from every sandbox)."""
+    """Scratch space and cached layers live under `cache_dir` (masked from every sandbox);
+    pulled images under `<cache_dir>/images`, shared with every other job."""
 
     name = "local"
 
-    def __init__(self, cache_dir: Path) -> None:
+    def __init__(self, cache_dir: Path, *, image_policy: ImagePolicy = "auto",
+                 images: ImageStore | None = None,
+                 base_image_overrides: dict[str, str] | None = None,
+                 notify: Callable[[str], None] | None = None) -> None:
         self.cache_dir = cache_dir
         self.scratch_root = cache_dir / "scratch"
         self.layers = LayerCache(cache_dir / "layers")
+        self.images = images or ImageStore(cache_dir / IMAGES_FOLDER)
+        self.image_policy = image_policy
+        self.overrides = dict(base_image_overrides or {})
+        #: Where the one line about an image that could not be had goes (once per image).
+        self.notify = notify
+        #: One pull per image per job, failures included: a registry out of reach is
+        #: asked once, not by every trial.
+        self._roots: dict[str, asyncio.Future[Root]] = {}
+        self._host_python: str | None = None
 
     @override
     async def create(self, request: EnvironmentRequest) -> Sandbox:
         spec = request.spec
         dockerfile = request.environment_dir / "Dockerfile"
         plan = parse_dockerfile(dockerfile.read_text()) if dockerfile.is_file() else None
+        root = await self._root(plan.base_image if plan is not None else None)
+        image: dict[str, object] = {"removed_paths": root.removed_paths,
+                                    "added_links": root.added_links}
+        if root.image is not None and root.config is not None:
+            image.update(root_layers=root.image.layers, base_env=root.config.env)
         layers: tuple[Path, ...] = ()
         if plan is not None and plan.steps:
-            key = layer_key(request.digest, plan)
+            key = layer_key(request.digest, plan, root.info.digest or root.info.base)
+            base_spec = SandboxSpec(**{**spec.__dict__, **image})
 
             async def build(upper: Path) -> None:
-                await self._build(upper, spec, plan, request)
+                await self._build(upper, base_spec, plan, request)
 
             layers = (await self.layers.get(key, build),)
         scratch = self.scratch_root / f"{os.getpid()}-{spec.name}-{secrets.token_hex(3)}"
-        image: dict[str, object] = {"layers": layers}
-        if plan is not None and plan.entrypoint:
-            image.update(entrypoint=tuple(plan.entrypoint), entrypoint_user=plan.user,
-                         entrypoint_takes_args=plan.entrypoint_takes_args)
+        image["layers"] = layers
+        entrypoint = _entrypoint(plan, root.config)
+        if entrypoint is not None:
+            image.update(entrypoint=entrypoint[0], entrypoint_user=entrypoint[1],
+                         entrypoint_takes_args=entrypoint[2])
         sandbox = LocalSandbox(SandboxSpec(**{**spec.__dict__, **image}), scratch)
+        sandbox.environment = root.info
         try:
             await sandbox.start()
         except BaseException:
@@ -67,11 +115,68 @@ class LocalBackend:
             raise
         return sandbox
 
+    async def _root(self, named: str | None) -> Root:
+        """The task's root, decided once per image for the whole job."""
+        if named is None or named == "scratch":
+            return Root(EnvironmentInfo(base="host"))
+        reference = self.overrides.get(named, named)
+        if self.image_policy == "host":
+            return Root(EnvironmentInfo(base="host", image=reference))
+        if reference not in self._roots:
+            self._roots[reference] = asyncio.ensure_future(self._pull_root(reference))
+        return await asyncio.shield(self._roots[reference])
+
+    async def _pull_root(self, reference: str) -> Root:
+        try:
+            pulled = await self.images.pull(reference)
+        except ImagePullError as exc:
+            reason = str(exc)
+            if self.image_policy == "strict":
+                raise TrialError(ErrorKind.BUILD_FAILED,
+                                 f"{reason} (--image-policy strict: not run on the host's "
+                                 "root instead)", "setup") from exc
+            if self.notify is not None:
+                self.notify(f"{reason}; its tasks run on this host's root instead "
+                            "(environment.base: host-fallback in result.json)")
+            return await asyncio.to_thread(self._fallback, reference, reason)
+        return Root(EnvironmentInfo(base="image", image=reference, digest=pulled.digest),
+                    image=pulled, config=ImageConfig.from_oci(pulled.config))
+
+    def _fallback(self, reference: str, reason: str) -> Root:
+        """The host's root standing in for `reference`. A python: image's pip installs
+        into its Python, where Debian's refuses (PEP 668): that refusal goes, `python`
+        names python3, and the Python that ran is recorded."""
+        info = EnvironmentInfo(base="host-fallback", image=reference, reason=reason)
+        if not is_python_image(reference):
+            return Root(info)
+        removed = tuple(sorted(str(p) for p in
+                               Path("/usr/lib").glob("python3*/EXTERNALLY-MANAGED")))
+        links: dict[str, str] = {}
+        if not any(os.path.lexists(f"{d}/python") for d in ("/usr/local/bin", "/usr/bin")):
+            links["/usr/local/bin/python"] = "/usr/bin/python3"
+        return Root(EnvironmentInfo(base="host-fallback", image=reference, reason=reason,
+                                    python=self._python_version()),
+                    removed_paths=removed, added_links=links)
+
+    def _python_version(self) -> str | None:
+        if self._host_python is None:
+            try:
+                proc = subprocess.run(["/usr/bin/python3", "-I", "-c",
+                                       "import platform; print(platform.python_version())"],
+                                      capture_output=True, text=True, timeout=30, env={})
+                self._host_python = proc.stdout.strip() if proc.returncode == 0 else ""
+            except (OSError, subprocess.TimeoutExpired):
+                self._host_python = ""
+        return self._host_python or None
+
     async def _build(self, upper: Path, spec: SandboxSpec, plan: object,
                      request: EnvironmentRequest) -> None:
         build_spec = SandboxSpec(name=f"build-{spec.name}", workdir="/",
                                  masked_paths=spec.masked_paths, pids_max=spec.pids_max,
-                                 allow_private_network=spec.allow_private_network)
+                                 allow_private_network=spec.allow_private_network,
+                                 root_layers=spec.root_layers, base_env=spec.base_env,
+                                 removed_paths=spec.removed_paths,
+                                 added_links=spec.added_links)
         builder = LocalSandbox(build_spec, upper.parent, upper_dir=upper)
         log: list[str] = []
         try:
@@ -110,6 +215,28 @@ class LocalBackend:
                     found += [p for p in entry.iterdir()
                               if p.is_dir() and p.name.startswith("work-")]
         return found
+
+
+def is_python_image(reference: str) -> bool:
+    """An official `python:` image (Docker Hub's library/python), by any spelling."""
+    try:
+        ref = parse_image_ref(reference)
+    except ImageReferenceError:
+        return False
+    return (ref.registry in (None, "docker.io", "index.docker.io", "registry-1.docker.io")
+            and ref.repository in ("python", "library/python"))
+
+
+def _entrypoint(plan: DockerfilePlan | None,
+                config: ImageConfig | None) -> tuple[tuple[str, ...], str | None, bool] | None:
+    """The ENTRYPOINT PID 1 runs (the Dockerfile's, else the image's), its user and
+    whether it takes the idle command as arguments."""
+    if plan is not None and plan.entrypoint:
+        return tuple(plan.entrypoint), plan.user, plan.entrypoint_takes_args
+    if config is None or not config.entrypoint or (plan is not None and plan.resets_entrypoint):
+        return None
+    user = plan.user if plan is not None and plan.user else config.user
+    return config.entrypoint, user, True
 
 
 def check_local_backend() -> None:

@@ -69,6 +69,8 @@ class DockerfilePlan:
     #: (`/bin/sh -c <text>`, entrypoint_takes_args False) takes none, as in Docker.
     entrypoint: list[str] | None = None
     entrypoint_takes_args: bool = True
+    #: `ENTRYPOINT []` came last: the base image's ENTRYPOINT does not run either.
+    resets_entrypoint: bool = False
     issues: list[DockerfileIssue] = field(default_factory=list)
 
 
@@ -304,6 +306,7 @@ def parse_dockerfile(text: str) -> DockerfilePlan:
             argv = _exec_form(rest) if rest.startswith("[") else None
             if rest.replace(" ", "") == "[]":
                 plan.entrypoint, plan.entrypoint_takes_args = None, True
+                plan.resets_entrypoint = True
             elif argv is not None:
                 plan.entrypoint, plan.entrypoint_takes_args = argv, True
             elif rest:

@@ -453,6 +453,10 @@ async function jobPage(name, params) {
       Object.keys(job.summary?.errors_by_kind || {}).length ? h("div", { class: "note" },
         "Errors by kind: ", Object.entries(job.summary.errors_by_kind)
           .map(([k, n]) => `${k} × ${n}`).join(", ")) : null,
+      job.summary?.roots?.["host-fallback"] ? h("div", { class: "note" },
+        `${job.summary.roots["host-fallback"]} trials ran on the host's root because their `
+        + "image could not be pulled (host-fallback): their scores are not comparable with "
+        + "runs on the image.") : null,
       h("details", {}, h("summary", { text: "configuration" }),
         h("pre", { class: "short", text: JSON.stringify(job.config, null, 2) }))));
     charts.replaceChildren(jobCharts(job) || h("p", { class: "muted",
@@ -797,6 +801,14 @@ function logPane(detail) {
     detail.build_log ? tailBlock("setup/build.log", detail.build_log) : null);
 }
 
+/** What a trial's sandbox was rooted in: an image (and its digest), or the host. */
+function rootText(env) {
+  if (env.base === "image") {
+    return `${env.image}${env.digest ? ` @${env.digest.slice(7, 19)}` : ""}`;
+  }
+  return env.base === "host-fallback" ? "host (fallback)" : "host";
+}
+
 function trialHeader(job, trial, detail) {
   const r = detail.result;
   const box = h("div");
@@ -821,7 +833,14 @@ function trialHeader(job, trial, detail) {
       ?? "—"}`),
     r.tries > 1 ? card("tries", r.tries) : null,
     r.attempts?.length ? card("repairs", `${r.attempts.length - 1}${r.repaired
-      ? " (repaired)" : ""}`) : null));
+      ? " (repaired)" : ""}`) : null,
+    r.environment ? card("root", rootText(r.environment)) : null));
+  if (r.environment?.base === "host-fallback") {
+    box.append(h("div", { class: "errbox" }, h("b", { text: "host-fallback" }),
+      `: ran on the host's root, not on ${r.environment.image}`
+      + (r.environment.python ? ` (Python ${r.environment.python})` : "") + ": ",
+      longText(r.environment.reason || "", { lines: 3 })));
+  }
   if (r.error) {
     box.append(h("div", { class: "errbox" }, h("b", { text: r.error.kind }),
       r.error.phase ? ` in the ${r.error.phase} phase: ` : ": ", longText(r.error.message,
