@@ -5,6 +5,7 @@ from __future__ import annotations
 from sandlot.sandbox.docker_build import (
     Instruction,
     _failing_line,
+    final_base,
     image_key,
     override_image,
     rewrite_dockerfile,
@@ -59,3 +60,13 @@ def test_image_key_changes_with_every_input():
                 image_key("d1", "api", "Dockerfile", {}),
                 image_key("d1", "main", "Dockerfile.dev", {}),
                 image_key("d1", "main", "Dockerfile", {"a": "b"})}) == 5
+
+
+def test_the_final_base_is_the_last_stage_s_image_through_stage_names():
+    assert final_base(DOCKERFILE, {}) == "docker.io/library/python:3.12"
+    assert final_base(DOCKERFILE, {"python:3.12": "localhost/py:1"}) == "localhost/py:1"
+    staged = "FROM python:3.12 AS build\nRUN make\nFROM build AS test\nFROM test\n"
+    assert final_base(staged, {}) == "python:3.12"
+    assert final_base("FROM scratch\nCOPY x /x\n", {}) is None
+    assert final_base("ARG V=3\nFROM python:${V}\n", {}) is None
+    assert final_base("RUN <<EOF\nFROM inside-a-heredoc\nEOF\n", {}) is None

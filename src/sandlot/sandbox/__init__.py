@@ -23,9 +23,10 @@ def create_backend(name: str, cache_dir: Path, *, force_build: bool = False,
                    notify: Callable[[str], None] | None = None) -> SandboxBackend:
     """Raises: ValueError for an unknown name; SandboxError if the backend cannot run here.
 
-    `base_image_overrides` (OLD -> NEW image) apply to both backends, `force_build` to the
-    docker one; `image_policy`, `insecure_registries` and `notify` (where the one line
-    about an image that cannot be pulled goes) to the local one, which pulls images itself.
+    `base_image_overrides` (OLD -> NEW image) and `insecure_registries` apply to both
+    backends, `force_build` to the docker one; `image_policy` and `notify` (where the one
+    line about an image that cannot be pulled goes) to the local one, which pulls images
+    itself.
     """
     if name == "local":
         from sandlot.images import ImageStore
@@ -46,7 +47,8 @@ def create_backend(name: str, cache_dir: Path, *, force_build: bool = False,
         from sandlot.sandbox.docker_backend import DockerBackend
 
         return DockerBackend(cache_dir, force_build=force_build,
-                             base_image_overrides=base_image_overrides)
+                             base_image_overrides=base_image_overrides,
+                             insecure_registries=frozenset(insecure_registries))
     raise ValueError(f"unknown sandbox {name!r}; choose one of: {', '.join(BACKENDS)}")
 
 

@@ -38,6 +38,7 @@ from sandlot.hostguard import child_pids, remove_tree
 from sandlot.sandbox import container_join, egress
 from sandlot.sandbox.base import (
     DEFAULT_PATH,
+    EnvironmentInfo,
     ExecResult,
     LimitKind,
     Network,
@@ -109,6 +110,8 @@ class ContainerSetup:
     runtime: str | None = None
     #: Seconds a compose service may take to become healthy.
     health_timeout_sec: float = 300.0
+    #: The image the main container's image is built on (or is): what results name.
+    base_image: str | None = None
 
 
 class DockerProcess:
@@ -195,6 +198,8 @@ class DockerSandbox:
         self._env: list[str] = []
         #: Commands run through container_join: their count names their marks.
         self._joined = 0
+        #: What the container runs on, for result.json (the backend adds the digest).
+        self.environment = EnvironmentInfo(base="image", image=setup.base_image)
 
     # -- lifecycle -----------------------------------------------------------------------
 

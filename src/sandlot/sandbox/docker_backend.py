@@ -18,9 +18,10 @@ from typing import Any
 
 from typing_extensions import override
 
-from sandlot.sandbox.base import EnvironmentRequest, Sandbox
+from sandlot.images.reference import ImageReferenceError, parse_image_ref
+from sandlot.sandbox.base import EnvironmentInfo, EnvironmentRequest, Sandbox
 from sandlot.sandbox.docker import ContainerSetup, DockerSandbox
-from sandlot.sandbox.docker_build import BuildSpec, ImageBuilder, override_image
+from sandlot.sandbox.docker_build import BuildSpec, ImageBuilder, final_base, override_image
 from sandlot.sandbox.docker_compose import MAIN_IMAGE, find_compose, load_compose
 from sandlot.sandbox.docker_engine import (
     OWNER_LABEL,
@@ -60,9 +61,11 @@ class DockerBackend:
 
     def __init__(self, cache_dir: Path, *, force_build: bool = False,
                  base_image_overrides: dict[str, str] | None = None, max_builds: int = 2,
-                 engine_url: str | None = None, runtime: str | None = None) -> None:
+                 engine_url: str | None = None, runtime: str | None = None,
+                 insecure_registries: frozenset[str] = frozenset()) -> None:
         """Raises: SandboxError when no engine is reachable (naming what was tried)."""
         self.engine: Engine = connect_engine(engine_url)
+        self.insecure_registries = insecure_registries
         self.owner = owner_id()
         self.overrides = dict(base_image_overrides or {})
         self.builder = ImageBuilder(self.engine, self.owner, cache_dir,
@@ -81,12 +84,15 @@ class DockerBackend:
         dockerfile_env: dict[str, str] = {}
         if compose_path is None:
             if (env_dir / "Dockerfile").is_file():
+                base = await self._base_image(env_dir / "Dockerfile", timeout)
                 setup.image = await self.builder.image(
                     BuildSpec(env_dir, "Dockerfile", "main"), request.digest, timeout,
                     request.log_dir / "build.log")
                 dockerfile_env = _dockerfile_env(env_dir / "Dockerfile")
+                setup.base_image = base
             else:
                 setup.image = await self.builder.pull_if_missing(DEFAULT_IMAGE, timeout)
+                setup.base_image = setup.image
         else:
             plan = load_compose(compose_path, _compose_variables(request))
             main = plan.main
@@ -117,24 +123,52 @@ class DockerBackend:
             setup.health_timeout_sec = max(60.0, request.build_timeout_sec)
             if main.context is not None and (main.context / main.dockerfile).is_file():
                 dockerfile_env = _dockerfile_env(main.context / main.dockerfile)
+                setup.base_image = _final_base(main.context / main.dockerfile, self.overrides)
+            elif main.context is None and main.image:
+                setup.base_image = override_image(str(main.image), self.overrides)
         # ENV the Dockerfile set is in the image already (with the base image's own PATH,
         # which the task loader can only guess): pass on only what task.toml adds.
         setup.env.update({k: v for k, v in request.spec.env.items()
                           if dockerfile_env.get(k) != v})
         return setup
 
+    async def _base_image(self, dockerfile: Path, timeout_sec: float) -> str | None:
+        """The image the Dockerfile builds on, pulled first when its registry is spoken to
+        over plain HTTP (see ImageBuilder.pull_plain_http)."""
+        base = _final_base(dockerfile, self.overrides)
+        if base is None:
+            return None
+        try:
+            ref = parse_image_ref(base)
+        except ImageReferenceError:
+            return base
+        if ref.on_loopback or (ref.registry or "") in self.insecure_registries:
+            await self.builder.pull_plain_http(base, timeout_sec)
+        return base
+
     @override
     async def create(self, request: EnvironmentRequest) -> Sandbox:
         setup = await self._images(request)
+        digest = (await self.builder.repo_digest(setup.base_image)
+                  if setup.base_image else None)
         async with self._slots:
             sandbox = DockerSandbox(request.spec, self.engine, setup)
             await sandbox.start()
+        sandbox.environment = EnvironmentInfo(base="image", image=setup.base_image,
+                                              digest=digest)
         return sandbox
 
     @override
     async def sweep(self) -> int:
         """Remove containers, networks and volumes of sandlot runs that are gone."""
         return await sweep_docker_leftovers(self.engine)
+
+
+def _final_base(path: Path, overrides: dict[str, str]) -> str | None:
+    try:
+        return final_base(path.read_text(encoding="utf-8"), overrides)
+    except (OSError, UnicodeDecodeError):
+        return None
 
 
 def _dockerfile_env(path: Path) -> dict[str, str]:

@@ -32,6 +32,7 @@ from typing import Any
 
 from sandlot.errors import ErrorKind, TrialError
 from sandlot.fsutil import write_atomic
+from sandlot.images.reference import ImageReferenceError, parse_image_ref
 from sandlot.sandbox.docker_engine import KEY_LABEL, OWNER_LABEL, ROLE_LABEL, Engine, kill_marked
 
 #: Bump when what goes into an image changes, so old cached images are not reused.
@@ -70,36 +71,62 @@ class Instruction:
     index: int  #: 1-based position in its stage
 
 
-def rewrite_dockerfile(text: str, overrides: dict[str, str]) -> tuple[str, list[Instruction]]:
-    """The Dockerfile with overridden FROM images, and where each instruction starts."""
-    lines = text.split("\n")
-    out: list[str] = []
-    instructions: list[Instruction] = []
-    stage, index = 0, 0
+def _instruction_starts(lines: list[str]) -> list[int]:
+    """Indexes of the lines that start an instruction: not comments, continuations or
+    heredoc bodies (a `FROM` inside a heredoc is text)."""
+    starts: list[int] = []
     continued = False
     heredoc: str | None = None
-    for no, line in enumerate(lines, start=1):
+    for index, line in enumerate(lines):
         stripped = line.strip()
         if heredoc is not None:
             if stripped == heredoc:
                 heredoc = None
-            out.append(line)
             continue
-        starts = not continued and stripped and not stripped.startswith("#")
-        if starts:
-            m = _FROM.match(line)
-            if m:
-                stage, index = stage + 1, 0
-                line = m.group(1) + m.group(2) + override_image(m.group(3), overrides) + m.group(4)
-            index += 1
-            instructions.append(Instruction(no, max(stage, 1), index))
+        if not continued and stripped and not stripped.startswith("#"):
+            starts.append(index)
             hd = re.search(r"<<-?\s*['\"]?([A-Za-z_][\w.-]*)['\"]?\s*$", stripped)
             if hd and stripped.split(None, 1)[0].upper() in ("RUN", "COPY", "ADD"):
                 heredoc = hd.group(1)
         if stripped and not stripped.startswith("#"):
             continued = stripped.endswith("\\")
-        out.append(line)
-    return "\n".join(out), instructions
+    return starts
+
+
+def rewrite_dockerfile(text: str, overrides: dict[str, str]) -> tuple[str, list[Instruction]]:
+    """The Dockerfile with overridden FROM images, and where each instruction starts."""
+    lines = text.split("\n")
+    instructions: list[Instruction] = []
+    stage, index = 0, 0
+    for start in _instruction_starts(lines):
+        m = _FROM.match(lines[start])
+        if m:
+            stage, index = stage + 1, 0
+            lines[start] = (m.group(1) + m.group(2) + override_image(m.group(3), overrides)
+                            + m.group(4))
+        index += 1
+        instructions.append(Instruction(start + 1, max(stage, 1), index))
+    return "\n".join(lines), instructions
+
+
+def final_base(text: str, overrides: dict[str, str]) -> str | None:
+    """The image the Dockerfile's last stage is built FROM (through stage names, after
+    overrides): what a result names as the image it ran on. None for `scratch` or a
+    FROM that needs build arguments to be read."""
+    lines = text.split("\n")
+    stages: dict[str, str] = {}
+    last: str | None = None
+    for start in _instruction_starts(lines):
+        m = _FROM.match(lines[start])
+        if m is None:
+            continue
+        image, alias = m.group(3), m.group(4).split()
+        last = stages.get(image.lower(), image)
+        if len(alias) == 2 and alias[0].upper() == "AS":
+            stages[alias[1].lower()] = last
+    if last is None or "$" in last or last.lower() == "scratch":
+        return None
+    return override_image(last, overrides)
 
 
 def _failing_line(log: str, instructions: list[Instruction]) -> int | None:
@@ -293,6 +320,56 @@ class ImageBuilder:
             tail = text_log.strip()[-LOG_TAIL:]
             raise TrialError(ErrorKind.BUILD_FAILED, f"{prefix}: {error.strip()}{hint}\n{tail}",
                              "setup")
+
+    async def pull_plain_http(self, ref: str, timeout_sec: float) -> None:
+        """A base image on a registry spoken to over plain HTTP (one on loopback, or an
+        --insecure-registry), pulled before the build if missing. Docker does so itself
+        for loopback; Podman needs to be told (its libpod pull with tlsVerify=false), or
+        the build's own pull fails on TLS."""
+        if not self.engine.is_podman or await self._exists(ref):
+            return
+        api = self.engine.api
+
+        def pull() -> None:
+            response = api._post(api._url("/libpod/images/pull"), params={
+                "reference": ref, "tlsVerify": "false", "policy": "missing", "quiet": "true"})
+            body = api._result(response, json=False)
+            for line in body.splitlines():
+                with contextlib.suppress(ValueError):
+                    item = json.loads(line)
+                    if isinstance(item, dict) and item.get("error"):
+                        raise RuntimeError(str(item["error"]))
+
+        try:
+            async with asyncio.timeout(timeout_sec), self._slots:
+                await self.engine.call(pull)
+        except TimeoutError:
+            raise TrialError(ErrorKind.BUILD_TIMEOUT, f"pulling {ref} took longer than "
+                             f"{timeout_sec:g}s", "setup") from None
+        except Exception as exc:
+            raise TrialError(ErrorKind.BUILD_FAILED,
+                             f"cannot pull {ref} over plain HTTP: {exc}; if the base image "
+                             "cannot be pulled here, build or load it locally and pass "
+                             "--base-image-override OLD=NEW", "setup") from exc
+
+    async def repo_digest(self, ref: str) -> str | None:
+        """The manifest digest the engine pulled `ref` at (its RepoDigests), if known."""
+        from docker.errors import ImageNotFound, NotFound
+
+        try:
+            info = await self.engine.call(self.engine.api.inspect_image, ref)
+        except (ImageNotFound, NotFound):
+            return None
+        digests = [str(d).split("@", 1) for d in info.get("RepoDigests") or [] if "@" in str(d)]
+        try:
+            repository = parse_image_ref(ref).repository
+        except ImageReferenceError:
+            repository = ""
+        # `python` is `docker.io/library/python` to Podman: match on the repository's end.
+        for name, digest in digests:
+            if repository and name.endswith(repository):
+                return digest
+        return digests[0][1] if digests else None
 
     async def pull_if_missing(self, ref: str, timeout_sec: float) -> str:
         """An image a compose service names (after overrides), pulled if not present."""

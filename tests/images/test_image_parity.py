@@ -1,0 +1,90 @@
+"""One image, two backends: a task FROM an image on a registry on loopback runs on that
+image under the local sandbox (pulled by sandlot) and under Podman or Docker (pulled by
+the engine), and both results name the same manifest digest."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from registry_support import (
+    OTHER_DEBIAN,
+    Registry,
+    other_debian_layout,
+    push_layout,
+    running_registry,
+)
+
+from conftest import kept_downloads_dir
+from sandlot.errors import SandboxError
+from sandlot.sandbox.docker_engine import Engine
+from sandlot.sandbox.local_backend import check_local_backend
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(1500)]
+
+PYTHON_VERSION = "python3 -c 'import platform; print(platform.python_version())'"
+
+
+def engine_or_skip() -> Engine:
+    """tests/sandbox/docker_support's, which is on the path when the whole suite runs."""
+    sandbox_tests = str(Path(__file__).resolve().parents[1] / "sandbox")
+    if sandbox_tests not in sys.path:
+        sys.path.insert(0, sandbox_tests)
+    from docker_support import engine_or_skip as connect
+
+    return connect()
+
+
+@pytest.fixture(scope="module")
+def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry]:
+    try:
+        check_local_backend()
+    except SandboxError as exc:
+        pytest.skip(f"local sandbox cannot run here: {exc}")
+    with running_registry(tmp_path_factory.mktemp("registry")) as reg:
+        yield reg
+
+
+def test_the_same_image_runs_on_the_local_sandbox_and_in_the_engine(
+        registry, make_task, run_cli, tmp_path):
+    engine = engine_or_skip()
+    layout = other_debian_layout(kept_downloads_dir() / "test-images")
+    reference = f"{registry.address}/test/parity:1"
+    digest = push_layout(registry, layout, "test/parity:1")
+    host_python = subprocess.run(["/usr/bin/python3", "-c",
+                                  "import platform; print(platform.python_version())"],
+                                 capture_output=True, text=True, timeout=30).stdout.strip()
+    task = make_task(
+        "parity", dockerfile=f"FROM {reference}\nWORKDIR /app\n",
+        test_sh=f"""\
+        {PYTHON_VERSION} > /logs/verifier/py.txt
+        cp /etc/marker /logs/verifier/marker
+        echo 1 > /logs/verifier/reward.txt
+        """)
+    seen: dict[str, tuple[str, str]] = {}
+    try:
+        for sandbox in ("local", "docker"):
+            jobs = tmp_path / f"jobs-{sandbox}"
+            proc = run_cli("run", str(task.parent), "-a", "oracle", "--sandbox", sandbox,
+                           "--jobs-dir", str(jobs), "--job-name", sandbox,
+                           "--image-policy", "strict", timeout=900)
+            assert proc.returncode == 0, proc.stdout + proc.stderr
+            trial = jobs / sandbox / "parity__1"
+            result = json.loads((trial / "result.json").read_text())
+            assert result["reward"] == 1.0, (sandbox, result["error"])
+            assert result["environment"] == {"base": "image", "image": reference,
+                                             "digest": digest}, sandbox
+            logs = trial / "verifier" / "logs"
+            seen[sandbox] = ((logs / "marker").read_text(), (logs / "py.txt").read_text())
+    finally:
+        with contextlib.suppress(Exception):
+            engine.api.remove_image(reference, force=True)
+    assert seen["local"] == seen["docker"]
+    marker, python = seen["local"]
+    assert marker == f"debian {OTHER_DEBIAN} test image\n"
+    assert python.strip() != host_python
