@@ -84,7 +84,9 @@ def test_dashboard_in_tmux_updates_activity_and_tokens_while_trials_run(tmp_path
         while not done_marker.exists() and time.monotonic() < deadline:
             screens.append(subprocess.run([*tmux, "capture-pane", "-p", "-t", "dash"],
                                           capture_output=True, text=True, check=True).stdout)
-            time.sleep(0.2)
+            # Setup and verify last ~0.2 s each: sample often enough to see their
+            # labels even when a loaded machine delays a refresh (seen missed once).
+            time.sleep(0.05)
         final = subprocess.run([*tmux, "capture-pane", "-p", "-t", "dash", "-S", "-200"],
                                capture_output=True, text=True, check=True).stdout
     finally:

@@ -196,6 +196,57 @@ def test_dockerfile_steps_run_on_the_image_and_the_second_trial_rebuilds_nothing
     assert len(list((store.root / "pulled").glob("*.json"))) == 1
 
 
+def test_tasks_that_start_with_the_same_steps_share_their_layers(image, tmp_path):
+    reference, _ = image
+    backend = LocalBackend(tmp_path / "cache", images=ImageStore(tmp_path / "images"))
+    common = f"FROM {reference}\nRUN echo shared > /shared.txt\nCOPY data.txt /app/\n"
+
+    async def body(sandbox: Any) -> str:
+        return await sh(sandbox, "cat /shared.txt /app/data.txt /own.txt")
+
+    def run_task(name: str, data: str, own: str) -> str:
+        request = request_for(tmp_path, common + f"RUN echo {own} > /own.txt\n", name)
+        (request.environment_dir / "data.txt").write_text(data)
+        request = EnvironmentRequest(spec=request.spec, environment_dir=request.environment_dir,
+                                     digest=hash_tree(request.environment_dir),
+                                     build_timeout_sec=120, log_dir=request.log_dir)
+        return asyncio.run(with_sandbox(backend, request, body))
+
+    def layers() -> set[str]:
+        return {p.name for p in (tmp_path / "cache" / "layers").iterdir() if p.is_dir()}
+
+    assert run_task("one", "data\n", "one") == "shared\ndata\none\n"
+    first = layers()
+    assert len(first) == 3  # one per step
+    # Same first two steps, another last one: only the last is built.
+    assert run_task("two", "data\n", "two") == "shared\ndata\ntwo\n"
+    assert len(layers() - first) == 1
+    log = (tmp_path / "logs-two" / "build.log").read_text()
+    assert "step 1: cached" in log and "step 2: cached" in log and "RUN" in log
+    # Another file copied: that step and the ones after it are built again, not the first.
+    seen = layers()
+    assert run_task("three", "other data\n", "one") == "shared\nother data\none\n"
+    assert len(layers() - seen) == 2
+    assert "step 1: cached" in (tmp_path / "logs-three" / "build.log").read_text()
+
+
+def test_heredocs_shell_and_run_flags_build_on_the_image(image, tmp_path):
+    reference, _ = image
+    backend = LocalBackend(tmp_path / "cache", images=ImageStore(tmp_path / "images"))
+    dockerfile = (f"FROM {reference}\n"
+                  'SHELL ["/bin/sh", "-e", "-c"]\n'
+                  "RUN <<EOF\necho one > /one.txt\necho two >> /one.txt\nEOF\n"
+                  "RUN --mount=type=cache,target=/var/cache/x cat <<'END' > /two.txt\n"
+                  "literal $HOME\nEND\n"
+                  "RUN --network=none <<EOF\n#!/bin/sh\necho \"$0\" > /three.txt\nEOF\n")
+
+    async def body(sandbox: Any) -> str:
+        return await sh(sandbox, "cat /one.txt /two.txt /three.txt")
+
+    out = asyncio.run(with_sandbox(backend, request_for(tmp_path, dockerfile), body))
+    assert out == "one\ntwo\nliteral $HOME\n/dev/stdin\n"
+
+
 def test_an_image_that_cannot_be_pulled_falls_back_to_the_host_root_and_says_so(tmp_path):
     told: list[str] = []
     closed = f"127.0.0.1:{_closed_port()}/test/absent:1"

@@ -256,7 +256,7 @@ def test_defaults_when_sections_are_absent() -> None:
 DOCKERFILE_REFUSALS = {
     "multi-stage": ("FROM python:3.11 AS build\nRUN true\nFROM debian:bookworm\n", 3),
     "add-url": ("FROM debian:bookworm\nADD https://example.com/data.tgz /opt/\n", 2),
-    "heredoc-run": ("FROM debian:bookworm\nWORKDIR /app\nRUN <<EOF\necho hi\nEOF\n", 3),
+    "heredoc-copy": ("FROM debian:bookworm\nWORKDIR /app\nCOPY <<EOF x.txt\nhi\nEOF\n", 3),
 }
 
 
@@ -272,10 +272,10 @@ def test_dockerfile_refusals_name_the_line_and_a_container_backend(make_task,
 
 
 def test_heredoc_body_is_not_reported_as_unknown_instructions(make_task) -> None:
-    text = "FROM debian:bookworm\nRUN <<EOF\necho hi\nEOF\n"
+    text = "FROM debian:bookworm\nRUN <<EOF\nnot-an-instruction hi\nEOF\n"
     problems = only(check_task(make_task("heredoc", dockerfile=text)),
                     "environment/Dockerfile")
-    assert [p.field for p in problems] == ["line 2"]
+    assert problems == []
 
 
 def test_copy_of_a_missing_file_is_an_error(make_task) -> None:
@@ -411,7 +411,7 @@ def test_cli_tasks_check_lists_each_problem_with_file_field_and_fix(make_task, r
 
 def test_cli_tasks_check_shows_the_field_and_line(make_task, run_cli, tmp_path: Path) -> None:
     make_task("bad-timeout", task_toml='version = "1.0"\n[agent]\ntimeout_sec = "ten"\n')
-    make_task("shell", dockerfile="FROM debian:bookworm\nSHELL [\"/bin/bash\"]\n")
+    make_task("shell", dockerfile="FROM debian:bookworm\nONBUILD RUN true\n")
     proc = run_cli("tasks", "check", str(tmp_path / "tasks"), timeout=60)
     assert proc.returncode == 1
     assert "agent.timeout_sec (line 3)" in proc.stdout

@@ -228,10 +228,46 @@ def test_json_form_run_is_exec_form() -> None:
     assert step.argv == ["python3", "-c", "print('a b')"]
 
 
-def test_run_with_mount_flag_is_refused() -> None:
-    plan = parse_dockerfile("FROM x\nRUN --mount=type=cache,target=/root/.cache pip install x\n")
+def test_run_with_a_mount_other_than_a_cache_is_refused() -> None:
+    plan = parse_dockerfile("FROM x\nRUN --mount=type=secret,id=tok cat /run/secrets/tok\n"
+                            "RUN --mount=source=x,target=/x true\nRUN --security=insecure true\n")
     assert plan.steps == []
-    assert plan.issues[0].line == 2
+    assert [issue.line for issue in plan.issues] == [2, 3, 4]
+    assert "type=secret" in plan.issues[0].message and "type=bind" in plan.issues[1].message
+
+
+def test_a_cache_mount_only_speeds_up_so_the_step_runs_without_it() -> None:
+    [step] = runs("FROM x\nRUN --mount=type=cache,target=/root/.cache pip install x\n")
+    assert step.argv == ["/bin/sh", "-c", "pip install x"] and step.network == "outbound"
+    [offline] = runs("FROM x\nRUN --network=none make test\n")
+    assert offline.network == "none"
+
+
+def test_shell_changes_the_shell_of_later_shell_forms() -> None:
+    plan = parse_dockerfile('FROM x\nRUN echo a\nSHELL ["/bin/bash", "-eo", "pipefail", "-c"]\n'
+                            'RUN echo b | cat\nRUN ["echo", "c"]\nENTRYPOINT serve\n')
+    assert plan.issues == []
+    assert [step.argv for step in plan.steps] == [
+        ["/bin/sh", "-c", "echo a"], ["/bin/bash", "-eo", "pipefail", "-c", "echo b | cat"],
+        ["echo", "c"]]
+    assert plan.entrypoint == ["/bin/bash", "-eo", "pipefail", "-c", "serve"]
+    [issue] = parse_dockerfile("FROM x\nSHELL /bin/bash -c\n").issues
+    assert issue.line == 2 and "JSON form" in issue.message
+
+
+def test_a_heredoc_run_runs_its_body_with_the_shell_or_its_interpreter() -> None:
+    text = ("FROM x\nRUN <<EOF\nset -e\necho one\necho two\nEOF\n"
+            "RUN <<-'PY'\n\t#!/usr/bin/env python3\n\tprint('hi')\n\tPY\n"
+            "RUN cat <<EOF > /etc/conf && cat <<'END' >> /etc/conf\na=$HOME\nEOF\nb=2\nEND\n"
+            "ENV AFTER=1\n")
+    plan = parse_dockerfile(text)
+    assert plan.issues == [] and plan.env == {"AFTER": "1"}
+    first, second, third = plan.steps
+    assert first.argv == ["/bin/sh", "-c", "set -e\necho one\necho two"] and first.line == 2
+    assert second.argv == ["/usr/bin/env", "python3", "/dev/stdin"]
+    assert second.stdin == "#!/usr/bin/env python3\nprint('hi')\n"
+    assert third.argv == ["/bin/sh", "-c", "cat <<EOF > /etc/conf && cat <<'END' >> /etc/conf"
+                          "\na=$HOME\nEOF\nb=2\nEND"]
 
 
 # ---------------------------------------------------------------- continuations, comments
@@ -262,7 +298,7 @@ def test_comments_inside_a_continuation_are_dropped() -> None:
 
 
 def test_comments_and_blank_lines_do_not_shift_line_numbers() -> None:
-    text = "# syntax=docker/dockerfile:1\n\n# base\nFROM x\n\n# shell\nSHELL [\"sh\"]\n"
+    text = "# syntax=docker/dockerfile:1\n\n# base\nFROM x\n\n# later\nONBUILD RUN true\n"
     [issue] = parse_dockerfile(text).issues
     assert issue.line == 7
 
@@ -288,8 +324,8 @@ def test_ignored_instructions_leave_no_steps_or_issues() -> None:
 
 
 @pytest.mark.parametrize(("line", "needle"), [
-    ("SHELL [\"/bin/bash\", \"-c\"]", "SHELL"),
     ("ONBUILD RUN true", "ONBUILD"),
+    ("COPY <<EOF /x\nhi\nEOF", "COPY with a heredoc"),
 ])
 def test_unsupported_instructions_name_a_container_backend(line: str, needle: str) -> None:
     [issue] = parse_dockerfile(f"FROM x\n{line}\n").issues

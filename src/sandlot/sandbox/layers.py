@@ -1,8 +1,11 @@
-"""Replaying a task's Dockerfile on the local sandbox, cached as one overlay layer per digest.
+"""Replaying a task's Dockerfile on the local sandbox, cached as overlay layers.
 
-The first trial of a task runs its COPY/ADD and RUN steps in a throw-away sandbox whose
-overlay upper directory becomes a read-only layer; later trials (and later jobs) stack their
-own upper on it, so they do not pay for `apt-get install` again.
+The first trial of a task runs its COPY/ADD and RUN steps in throw-away sandboxes whose
+overlay upper directories become read-only layers; later trials (and later jobs) stack
+their own upper on them, so they do not pay for `apt-get install` again. On a pulled
+image each step is a layer of its own, keyed by its parent and its inputs (`step_key`):
+tasks that start with the same steps share them. On the host's root the whole build is
+one layer (`layer_key`), as overlay stacks only one layer over the host's root.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import contextlib
 import fcntl
 import glob
 import hashlib
+import json
 import os
 import shutil
 import tarfile
@@ -23,10 +27,12 @@ from typing import Any
 from sandlot.errors import ErrorKind, TrialError
 from sandlot.hostguard import remove_tree
 from sandlot.sandbox.base import SandboxSpec
-from sandlot.tasks.dockerfile import CopyStep, DockerfilePlan, RunStep
+from sandlot.tasks.dockerfile import CopyStep, DockerfilePlan, RunStep, Step
 
 #: Bump when the replay's semantics change, so old cached layers are not reused.
 REPLAY_VERSION = "2"
+#: The same for the per-step layers of a build on an image (step_key).
+STEP_VERSION = "1"
 LOG_TAIL = 3000
 
 StartSandbox = Callable[[SandboxSpec, Path, Path], Coroutine[Any, Any, Any]]
@@ -39,14 +45,59 @@ def layer_key(digest: str, plan: DockerfilePlan, base: str) -> str:
     return h.hexdigest()[:24]
 
 
-def _copy_into(root_of: Callable[[str], Path], env_dir: Path, step: CopyStep) -> list[str]:
-    """Docker's COPY rules: a folder's contents, files into a folder or onto a path."""
+def step_key(parent: str, step: Step, env_dir: Path) -> str:
+    """The cached layer of one Dockerfile step on `parent` (the image's manifest digest,
+    or the previous step's key): the instruction as parsed (command, environment, folder,
+    user) and, for COPY/ADD, the bytes, modes and names of the files it copies. Tasks
+    whose Dockerfiles share their first steps share those layers."""
+    h = hashlib.sha256(f"{STEP_VERSION}\0{parent}\0".encode())
+    if isinstance(step, RunStep):
+        h.update(json.dumps(["RUN", step.argv, sorted(step.env.items()), step.workdir,
+                             step.user, step.network, step.stdin]).encode())
+    else:
+        h.update(json.dumps(["COPY", step.sources, step.dest, step.workdir, step.extract,
+                             step.chown, step.chmod]).encode())
+        for source in copy_sources(env_dir, step):
+            _hash_path(h, source, env_dir)
+    return h.hexdigest()[:32]
+
+
+def _hash_path(h: Any, path: Path, env_dir: Path) -> None:
+    """Names, modes, link targets and bytes below `path` (what a COPY of it would write)."""
+    paths = [path] + (sorted(path.rglob("*")) if path.is_dir() and not path.is_symlink()
+                      else [])
+    for entry in paths:
+        try:
+            rel = entry.relative_to(env_dir).as_posix()
+        except ValueError:
+            rel = str(entry)
+        h.update(rel.encode() + b"\0")
+        if entry.is_symlink():
+            h.update(b"L" + os.readlink(entry).encode())
+        elif entry.is_file():
+            h.update(oct(entry.stat().st_mode & 0o7777).encode())
+            with entry.open("rb") as fh:
+                while chunk := fh.read(1 << 20):
+                    h.update(chunk)
+        elif entry.is_dir():
+            h.update(b"D" + oct(entry.stat().st_mode & 0o7777).encode())
+        h.update(b"\0")
+
+
+def copy_sources(env_dir: Path, step: CopyStep) -> list[Path]:
+    """The paths a COPY/ADD names in environment/, its globs expanded (sorted)."""
     sources: list[Path] = []
     for src in step.sources:
         if any(ch in src for ch in "*?["):
             sources += sorted(Path(p) for p in glob.glob(str(env_dir / src)))
         else:
             sources.append(env_dir / src)
+    return sources
+
+
+def _copy_into(root_of: Callable[[str], Path], env_dir: Path, step: CopyStep) -> list[str]:
+    """Docker's COPY rules: a folder's contents, files into a folder or onto a path."""
+    sources = copy_sources(env_dir, step)
     env_root = env_dir.resolve()
     into_dir = step.dest.endswith("/") or len(sources) > 1
     written: list[str] = []
@@ -101,7 +152,8 @@ async def replay_dockerfile(sandbox: Any, plan: DockerfilePlan, env_dir: Path,
         assert isinstance(step, RunStep)
         await sandbox.exec(["mkdir", "-p", step.workdir], timeout_sec=30)
         result = await sandbox.exec(step.argv, timeout_sec=remaining, env=step.env,
-                                    cwd=step.workdir, network="outbound", user=step.user)
+                                    cwd=step.workdir, network=step.network, user=step.user,
+                                    stdin=None if step.stdin is None else step.stdin.encode())
         log.append(f"RUN (line {step.line}) {' '.join(step.argv)}\n{result.stdout}{result.stderr}")
         if result.timed_out:
             raise TrialError(ErrorKind.BUILD_TIMEOUT,

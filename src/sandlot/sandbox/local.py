@@ -74,9 +74,9 @@ IDLE_COMMAND = ("/bin/sh", "-c", "while :; do sleep 3600; done")
 ENTRYPOINT_SETTLE_SEC = 2.0
 #: How long nothing may run in a starting container before its PID 1 counts as exited.
 PID_ONE_GONE_SEC = 0.5
-#: The most layers one overlay mount stacks (the kernel's limit is 500; one is kept for
-#: a cached build layer on top).
-MAX_IMAGE_LAYERS = 499
+#: The most layers one overlay mount stacks (the kernel's limit): the image's and one per
+#: cached Dockerfile step.
+MAX_LAYERS = 500
 #: /dev/shm's size, Docker's default.
 SHM_SIZE = "64m"
 #: How long a command's output is still read after it exited while a process it left
@@ -399,10 +399,11 @@ class LocalSandbox:
         work = self.scratch / "work"
         for d in (self._upper, work, self._merged):
             d.mkdir(parents=True, exist_ok=True)
-        if len(self.spec.layers) > 1:
-            raise SandboxError("the local sandbox stacks at most one cached layer")
-        layer = self.spec.layers[0] if self.spec.layers else None
         image_root = bool(self.spec.root_layers)
+        if len(self.spec.layers) > 1 and not image_root:
+            raise SandboxError("on the host's root, the local sandbox stacks at most one "
+                               "cached layer")
+        layer = self.spec.layers[0] if self.spec.layers and not image_root else None
         # An image's root holds nothing of the host's: only the host's root needs hiding.
         hide, hide_files = ([], []) if image_root else host_paths_to_hide()
         if not image_root:
@@ -438,7 +439,7 @@ class LocalSandbox:
                 raise SandboxError(f"cannot hide host paths in {self._upper}: {exc}") from exc
         lower = "/"
         if image_root:
-            script, lower = self._image_lower(script, layer)
+            script, lower = self._image_lower(script)
         elif layer is not None:
             # Overlayfs refuses two lower layers on the same filesystem as "/", so the cached
             # layer is the upper of a read-only overlay that becomes this sandbox's lower.
@@ -450,9 +451,11 @@ class LocalSandbox:
                        f'workdir={self._layer_work}" "{layer_view}" || exit 96; ')
             lower = str(layer_view)
         opts = f"lowerdir={lower},upperdir={upper},workdir={work}"
-        if len(self.spec.root_layers) > MAX_IMAGE_LAYERS:
-            raise SandboxError(f"the image has {len(self.spec.root_layers)} layers; overlay "
-                               f"stacks at most {MAX_IMAGE_LAYERS} (flatten the image)")
+        depth = len(self.spec.root_layers) + len(self.spec.layers)
+        if depth > MAX_LAYERS:
+            raise SandboxError(f"the image and the Dockerfile's steps make {depth} layers; "
+                               f"overlay stacks at most {MAX_LAYERS} (flatten the image, "
+                               "or join RUN steps)")
         shm = self.scratch / "shm"
         shm.mkdir(exist_ok=True)
         script += (
@@ -510,16 +513,16 @@ class LocalSandbox:
             # nft takes ~20 ms; the first outbound command waits for it (_ensure_network).
             self._egress_filter()
 
-    def _image_lower(self, script: str, layer: Path | None) -> tuple[str, str]:
-        """The overlay's lower directories for an image root (a cached build layer over
-        the image's layers, newest first) and a read-only view of them (`_bases`): the
-        environment a trial's changes are measured against. Each is named by a short link
-        in the sandbox's scratch folder, so a deep image fits one mount call and a cache
-        path may hold the ':' and ',' that overlay options cannot."""
+    def _image_lower(self, script: str) -> tuple[str, str]:
+        """The overlay's lower directories for an image root (the cached Dockerfile steps
+        over the image's layers, newest first) and a read-only view of them (`_bases`):
+        the environment a trial's changes are measured against. Each is named by a short
+        link in the sandbox's scratch folder, so a deep image fits one mount call and a
+        cache path may hold the ':' and ',' that overlay options cannot."""
         layers = self.spec.root_layers
         links = self.scratch / "lower"
         links.mkdir(exist_ok=True)
-        stack = ([layer] if layer is not None else []) + list(reversed(layers))
+        stack = list(self.spec.layers) + list(reversed(layers))
         for index, path in enumerate(stack):
             (links / str(index)).symlink_to(path)
         lower = ":".join(str(index) for index in range(len(stack)))

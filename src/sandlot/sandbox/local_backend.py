@@ -7,8 +7,9 @@ import os
 import secrets
 import shutil
 import subprocess
+import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
@@ -23,9 +24,9 @@ from sandlot.images.reference import parse_image_ref
 from sandlot.images.store import IMAGES_FOLDER
 from sandlot.sandbox.base import EnvironmentInfo, EnvironmentRequest, Sandbox, SandboxSpec
 from sandlot.sandbox.cgroups import sweep_stale
-from sandlot.sandbox.layers import LayerCache, layer_key, replay_dockerfile
+from sandlot.sandbox.layers import LayerCache, layer_key, replay_dockerfile, step_key
 from sandlot.sandbox.local import LocalSandbox
-from sandlot.tasks.dockerfile import DockerfilePlan, parse_dockerfile
+from sandlot.tasks.dockerfile import DockerfilePlan, Step, parse_dockerfile
 
 
 def folder_owner(name: str) -> int | None:
@@ -93,13 +94,16 @@ class LocalBackend:
             image.update(root_layers=root.image.layers, base_env=root.config.env)
         layers: tuple[Path, ...] = ()
         if plan is not None and plan.steps:
-            key = layer_key(request.digest, plan, root.info.digest or root.info.base)
             base_spec = SandboxSpec(**{**spec.__dict__, **image})
+            if root.image is not None:
+                layers = await self._build_steps(base_spec, plan, root.image.digest, request)
+            else:
+                key = layer_key(request.digest, plan, root.info.base)
 
-            async def build(upper: Path) -> None:
-                await self._build(upper, base_spec, plan, request)
+                async def build(upper: Path) -> None:
+                    await self._build(upper, base_spec, plan, request)
 
-            layers = (await self.layers.get(key, build),)
+                layers = (await self.layers.get(key, build),)
         scratch = self.scratch_root / f"{os.getpid()}-{spec.name}-{secrets.token_hex(3)}"
         image["layers"] = layers
         entrypoint = _entrypoint(plan, root.config)
@@ -169,25 +173,63 @@ class LocalBackend:
                 self._host_python = ""
         return self._host_python or None
 
-    async def _build(self, upper: Path, spec: SandboxSpec, plan: object,
-                     request: EnvironmentRequest) -> None:
+    async def _build_steps(self, spec: SandboxSpec, plan: DockerfilePlan, image_digest: str,
+                           request: EnvironmentRequest) -> tuple[Path, ...]:
+        """The Dockerfile's steps on the image, one cached layer each (newest first): a
+        step runs only when no trial or job has run it on the same parent before."""
+        deadline = time.monotonic() + request.build_timeout_sec
+        parent, layers, log = image_digest, (), []
+        ran = False
+        try:
+            for number, step in enumerate(plan.steps, start=1):
+                key = await asyncio.to_thread(step_key, parent, step, request.environment_dir)
+                below = layers
+
+                async def build(upper: Path, step: Step = step, below: tuple[Path, ...] = below,
+                                ) -> None:
+                    nonlocal ran
+                    ran = True
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        raise TrialError(ErrorKind.BUILD_TIMEOUT, "the Dockerfile's steps took "
+                                         f"longer than {request.build_timeout_sec:g}s "
+                                         "(build_timeout_sec)", "setup")
+                    await self._build(upper, replace(spec, layers=below),
+                                      DockerfilePlan(steps=[step]), request, log,
+                                      timeout_sec=remaining, write_log=False)
+
+                before = len(log)
+                layer = await self.layers.get(key, build)
+                if len(log) == before:
+                    log.append(f"step {number}: cached ({key})")
+                layers = (layer, *layers)
+                parent = key
+        finally:
+            if ran:
+                write_atomic(request.log_dir / "build.log", "\n".join(log) + "\n")
+        return layers
+
+    async def _build(self, upper: Path, spec: SandboxSpec, plan: DockerfilePlan,
+                     request: EnvironmentRequest, log: list[str] | None = None, *,
+                     timeout_sec: float | None = None, write_log: bool = True) -> None:
         build_spec = SandboxSpec(name=f"build-{spec.name}", workdir="/",
                                  masked_paths=spec.masked_paths, pids_max=spec.pids_max,
                                  allow_private_network=spec.allow_private_network,
                                  root_layers=spec.root_layers, base_env=spec.base_env,
+                                 layers=spec.layers if spec.root_layers else (),
                                  removed_paths=spec.removed_paths,
                                  added_links=spec.added_links)
         builder = LocalSandbox(build_spec, upper.parent, upper_dir=upper)
-        log: list[str] = []
+        log = [] if log is None else log
         try:
             await builder.start()
-            await replay_dockerfile(builder, plan, request.environment_dir,  # type: ignore[arg-type]
-                                    request.build_timeout_sec, log)
-        except TrialError:
-            raise
+            await replay_dockerfile(builder, plan, request.environment_dir,
+                                    request.build_timeout_sec if timeout_sec is None
+                                    else timeout_sec, log)
         finally:
             await asyncio.shield(builder.stop())
-            write_atomic(request.log_dir / "build.log", "\n".join(log) + "\n")
+            if write_log:
+                write_atomic(request.log_dir / "build.log", "\n".join(log) + "\n")
 
     @override
     async def sweep(self) -> int:

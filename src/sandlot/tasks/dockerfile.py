@@ -12,6 +12,7 @@ import posixpath
 import re
 import shlex
 from dataclasses import dataclass, field
+from typing import Literal
 
 from sandlot.tasks.config import USER_SPEC
 
@@ -51,6 +52,10 @@ class RunStep:
     line: int
     #: The USER in effect (None: root), as `user[:group]`.
     user: str | None = None
+    #: `RUN --network=none` runs without one; every other step goes outbound.
+    network: Literal["none", "outbound"] = "outbound"
+    #: What the command reads on stdin (a heredoc script run by its #! interpreter).
+    stdin: str | None = None
 
 
 Step = CopyStep | RunStep
@@ -112,18 +117,38 @@ def _physical_lines(text: str) -> list[str]:
     return [raw.removesuffix("\r") for raw in text.split("\n")]
 
 
-def _logical_lines(text: str) -> list[tuple[int, str]]:
-    """Join backslash continuations; drop comments, blank lines and heredoc bodies; keep
-    start line numbers. A heredoc body is not instructions: it runs to its terminator line."""
-    out: list[tuple[int, str]] = []
+@dataclass(frozen=True)
+class LogicalLine:
+    """One instruction: its first line number, its text (continuations joined) and the
+    bodies of the heredocs it opens, in order, as written (each without its terminator)."""
+
+    line: int
+    content: str
+    heredocs: tuple[str, ...] = ()
+
+
+def _logical_lines(text: str) -> list[LogicalLine]:
+    """Join backslash continuations; drop comments and blank lines; keep start line
+    numbers. A heredoc body is not instructions: it runs to its terminator line, and is
+    kept with the instruction that opened it."""
+    out: list[LogicalLine] = []
     buf: list[str] = []
     start = 0
     pending: list[tuple[bool, str]] = []  # heredocs whose bodies come next
+    body: list[str] = []
+    bodies: list[str] = []
     for no, raw in enumerate(_physical_lines(text), start=1):
         if pending:
             dash, word = pending[0]
             if (raw.lstrip("\t") if dash else raw) == word:
                 pending.pop(0)
+                bodies.append("\n".join(body))
+                body = []
+                if not pending:
+                    last = out[-1]
+                    out[-1] = LogicalLine(last.line, last.content, tuple(bodies))
+            else:
+                body.append(raw)
             continue
         stripped = raw.strip()
         if not buf and (not stripped or stripped.startswith("#")):
@@ -137,12 +162,63 @@ def _logical_lines(text: str) -> list[tuple[int, str]]:
             continue
         buf.append(stripped)
         content = " ".join(b.strip() for b in buf).strip()
-        out.append((start, content))
-        pending = _heredocs(content)
+        out.append(LogicalLine(start, content))
+        pending, bodies = _heredocs(content), []
         buf = []
     if buf:
-        out.append((start, " ".join(buf).strip()))
+        out.append(LogicalLine(start, " ".join(buf).strip()))
+    elif pending and out:  # a heredoc never closed: what there is, as Docker reads it
+        out[-1] = LogicalLine(out[-1].line, out[-1].content, (*bodies, "\n".join(body)))
     return out
+
+
+#: RUN --mount types whose absence changes nothing but speed (a package cache).
+_HARMLESS_MOUNTS = {"cache"}
+
+
+def _run_flags(flags: dict[str, str]) -> tuple[Literal["none", "outbound"], str | None]:
+    """RUN's flags: (the network the step gets, why the step is refused, if it is)."""
+    network: Literal["none", "outbound"] = "outbound"
+    for name, value in flags.items():
+        if name == "mount":
+            options = dict(part.partition("=")[::2] for part in value.split(","))
+            kind = options.get("type", "bind")
+            if kind not in _HARMLESS_MOUNTS:
+                return network, f"RUN --mount=type={kind} is not supported"
+        elif name == "network":
+            if value not in ("default", "none", "host"):
+                return network, f"RUN --network={value} is not supported"
+            network = "none" if value == "none" else "outbound"
+        else:
+            return network, f"RUN --{name} is not supported"
+    return network, None
+
+
+def _run_command(rest: str, heredocs: tuple[str, ...],
+                 shell: list[str]) -> tuple[list[str], str | None]:
+    """RUN's argv and stdin: the exec form, the shell form, or (BuildKit's) heredocs. A
+    RUN that is only a heredoc runs its body: with the shell, or with the interpreter its
+    `#!` line names (reading the body from stdin); heredocs after a command are handed to
+    the shell with their bodies, as written."""
+    if not heredocs:
+        argv = _exec_form(rest) if rest.startswith("[") else None
+        return (argv if argv is not None else [*shell, rest]), None
+    opener = _HEREDOC.match(rest.strip())
+    if opener is not None and opener.end() == len(rest.strip()) and len(heredocs) == 1:
+        body = heredocs[0]
+        if opener.group("dash"):
+            body = "\n".join(line.lstrip("\t") for line in body.split("\n"))
+        if body.startswith("#!"):
+            interpreter = body.split("\n", 1)[0][2:].split()
+            if not interpreter:
+                raise _Malformed("the heredoc's #! line names no interpreter")
+            return [*interpreter, "/dev/stdin"], body + "\n"
+        return [*shell, body], None
+    words = iter(_heredocs("RUN " + rest))
+    script = rest
+    for body, (_, word) in zip(heredocs, words, strict=False):
+        script += f"\n{body}\n{word}"
+    return [*shell, script], None
 
 
 def _split_flags(args: str) -> tuple[dict[str, str], str]:
@@ -221,7 +297,9 @@ def parse_dockerfile(text: str) -> DockerfilePlan:
     saw_workdir = False
     user: str | None = None
     n_from = 0
-    for line, content in _logical_lines(text):
+    shell = ["/bin/sh", "-c"]
+    for logical in _logical_lines(text):
+        line, content = logical.line, logical.content
         instr, _, rest = content.partition(" ")
         instr = instr.upper()
         rest = rest.strip()
@@ -230,7 +308,7 @@ def parse_dockerfile(text: str) -> DockerfilePlan:
         def refuse(msg: str, line: int = line) -> None:
             plan.issues.append(DockerfileIssue(line, f"{msg}; {USE_CONTAINER}"))
 
-        if _heredocs(content):
+        if _heredocs(content) and instr != "RUN":
             refuse(f"{instr} with a heredoc is not supported by the local sandbox")
             continue
         if instr == "FROM":
@@ -287,13 +365,24 @@ def parse_dockerfile(text: str) -> DockerfilePlan:
                                        line=line))
         elif instr == "RUN":
             flags, rest2 = _split_flags(rest)
-            if flags:
-                refuse(f"RUN --{next(iter(flags))} is not supported")
+            network, refused = _run_flags(flags)
+            if refused:
+                refuse(refused)
                 continue
-            argv = _exec_form(rest2) if rest2.startswith("[") else None
+            try:
+                argv, stdin = _run_command(rest2, logical.heredocs, shell)
+            except _Malformed as exc:
+                plan.issues.append(DockerfileIssue(line, f"malformed RUN: {exc}"))
+                continue
+            plan.steps.append(RunStep(argv, {**args, **env}, workdir, line, user,
+                                      network=network, stdin=stdin))
+        elif instr == "SHELL":
+            argv = _exec_form(rest)
             if argv is None:
-                argv = ["/bin/sh", "-c", rest2]
-            plan.steps.append(RunStep(argv, {**args, **env}, workdir, line, user))
+                plan.issues.append(DockerfileIssue(line, 'SHELL takes the JSON form, e.g. '
+                                                   'SHELL ["/bin/bash", "-c"]'))
+                continue
+            shell = argv
         elif instr == "USER":
             named = expand(rest, scope).strip()
             if not USER_SPEC.fullmatch(named):
@@ -310,9 +399,7 @@ def parse_dockerfile(text: str) -> DockerfilePlan:
             elif argv is not None:
                 plan.entrypoint, plan.entrypoint_takes_args = argv, True
             elif rest:
-                plan.entrypoint, plan.entrypoint_takes_args = ["/bin/sh", "-c", rest], False
-        elif instr == "SHELL":
-            refuse("SHELL is not supported")
+                plan.entrypoint, plan.entrypoint_takes_args = [*shell, rest], False
         elif instr == "ONBUILD":
             refuse("ONBUILD is not supported")
         elif instr in IGNORED:
