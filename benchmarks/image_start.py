@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -38,7 +37,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "tests"), str(REPO / "tests" / "images")]
 
 from registry_support import (  # noqa: E402
-    busybox_root,
+    busybox_applets,
+    host_bash,
     other_debian_layout,
     push_image,
     push_layout,
@@ -52,26 +52,6 @@ TASK_TOML = 'version = "1.0"\n[agent]\ntimeout_sec = 60\n[verifier]\ntimeout_sec
 SOLVE_SH = "#!/bin/bash\necho ok > /app/out\n"
 TEST_SH = ("#!/bin/bash\nif [ -f /app/out ] && [ -f /built ]; then echo 1 > "
            "/logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi\n")
-
-
-def small_image(root: Path) -> None:
-    """busybox (every applet linked) and the host's bash with its libraries."""
-    busybox_root(root)
-    applets = subprocess.run(["busybox", "--list"], capture_output=True, text=True,
-                             check=True).stdout.split()
-    for applet in applets:
-        if not os.path.lexists(root / "bin" / applet):
-            (root / "bin" / applet).symlink_to("busybox")
-    (root / "tmp").mkdir(mode=0o1777, exist_ok=True)
-    bash = Path(shutil.which("bash") or "/bin/bash").resolve()
-    ldd = subprocess.run(["ldd", str(bash)], capture_output=True, text=True, check=True).stdout
-    for path in [bash, *(Path(w) for line in ldd.splitlines() for w in line.split()
-                         if w.startswith("/"))]:
-        target = root / str(path).lstrip("/")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(path.resolve(), target)
-    if not os.path.lexists(root / "bin" / "bash"):
-        (root / "bin" / "bash").symlink_to(str(bash))
 
 
 def write_tasks(root: Path, n: int, image: str) -> None:
@@ -136,7 +116,7 @@ def main() -> None:
         with running_registry(work / "registry") as registry:
             name = "bench/base:1"
             if args.small:
-                push_image(registry, work / "build", name, [small_image])
+                push_image(registry, work / "build", name, [busybox_applets, host_bash])
             else:
                 push_layout(registry, other_debian_layout(kept_downloads_dir() / "test-images"),
                             name)

@@ -11,7 +11,7 @@ import time
 import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -223,7 +223,8 @@ class _Trial:
         """The task's environment, built (or taken from the cache) and started."""
         self.live.set_phase("creating sandbox…")
         task, env = self.task, self.task.config.environment
-        spec = SandboxSpec(name=self.plan.name, workdir=task.workdir, env=task.env,
+        spec = SandboxSpec(name=self.plan.name, workdir=task.declared_workdir or "",
+                           env=task.env,
                            memory_mb=env.memory_mb, cpus=env.cpus,
                            pids_max=self.settings.pids_max, storage_mb=env.storage_mb,
                            allow_private_network=self.settings.allow_private_network,
@@ -232,12 +233,15 @@ class _Trial:
         request = EnvironmentRequest(spec=spec, environment_dir=task.environment_dir,
                                      digest=task.digest,
                                      build_timeout_sec=env.build_timeout_sec * self.mult,
-                                     log_dir=self.plan.dir / "setup")
+                                     log_dir=self.plan.dir / "setup",
+                                     image=task.prebuilt_image)
         with _sandbox_failures("setup", ErrorKind.SANDBOX_SETUP_FAILED):
             self.sandbox = await self.backend.create(request)
         if isinstance(self.sandbox, DescribesEnvironment):
             info = self.sandbox.environment
             self.result.environment = info.as_dict()
+            if info.workdir and not task.declared_workdir:  # the prebuilt image's WORKDIR
+                self.task = replace(task, image_workdir=info.workdir)
             self.clock.log(f"root: {info.base}" + (f" ({info.image})" if info.image else "")
                            + (f": {info.reason}" if info.reason else ""))
         return self.sandbox

@@ -6,6 +6,7 @@ from the test machines); umoci builds the images layer by layer and skopeo pushe
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import subprocess
@@ -129,6 +130,34 @@ def busybox_root(root: Path) -> None:
     (root / "old").mkdir()
     (root / "old" / "gone.txt").write_text("deleted by the next layer\n")
     (root / "old" / "kept.txt").write_text("kept\n")
+
+
+def busybox_applets(root: Path) -> None:
+    """Every busybox applet as a link in /bin (sh, sleep, cat, awk...), and a /tmp."""
+    busybox_root(root)
+    applets = subprocess.run(["busybox", "--list"], capture_output=True, text=True,
+                             check=True, timeout=30).stdout.split()
+    for applet in applets:
+        link = root / "bin" / applet
+        if not os.path.lexists(link):
+            link.symlink_to("busybox")
+    (root / "tmp").mkdir(mode=0o1777, exist_ok=True)
+    (root / "tmp").chmod(0o1777)
+
+
+def host_bash(root: Path) -> None:
+    """The host's bash and the libraries it loads (Harbor runs `bash /tests/test.sh`)."""
+    bash = Path(shutil.which("bash") or "/bin/bash").resolve()
+    needed = subprocess.run(["ldd", str(bash)], capture_output=True, text=True, check=True,
+                            timeout=30).stdout
+    files = [bash] + [Path(word) for line in needed.splitlines() for word in line.split()
+                      if word.startswith("/")]
+    for path in files:
+        target = root / str(path).lstrip("/")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(path.resolve(), target)
+    if not os.path.lexists(root / "bin" / "bash"):
+        (root / "bin" / "bash").symlink_to(str(bash))
 
 
 #: The Debian release of the "real" test image: another Python than the host's (Debian 12

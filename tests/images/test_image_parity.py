@@ -15,7 +15,10 @@ import pytest
 from registry_support import (
     OTHER_DEBIAN,
     Registry,
+    busybox_applets,
+    host_bash,
     other_debian_layout,
+    push_image,
     push_layout,
     running_registry,
 )
@@ -25,7 +28,7 @@ from sandlot.errors import SandboxError
 from sandlot.sandbox.docker_engine import Engine
 from sandlot.sandbox.local_backend import check_local_backend
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(1500)]
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1500)]
 
 PYTHON_VERSION = "python3 -c 'import platform; print(platform.python_version())'"
 
@@ -50,6 +53,7 @@ def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry]:
         yield reg
 
 
+@pytest.mark.slow
 def test_the_same_image_runs_on_the_local_sandbox_and_in_the_engine(
         registry, make_task, run_cli, tmp_path):
     engine = engine_or_skip()
@@ -88,3 +92,44 @@ def test_the_same_image_runs_on_the_local_sandbox_and_in_the_engine(
     marker, python = seen["local"]
     assert marker == f"debian {OTHER_DEBIAN} test image\n"
     assert python.strip() != host_python
+
+
+def test_a_prebuilt_image_runs_as_it_is_in_its_own_workdir_on_both_backends(
+        registry, make_task, run_cli, tmp_path):
+    """task.toml's docker_image: no build, the image's WORKDIR, environment/ copied in."""
+    engine = engine_or_skip()
+
+    def workdir(root: Path) -> None:
+        (root / "srv" / "work").mkdir(parents=True)
+        (root / "srv" / "work" / "ready.txt").write_text("from the image\n")
+
+    digest = push_image(registry, tmp_path / "build", "test/prebuilt:1",
+                        [busybox_applets, host_bash, workdir],
+                        config=["--config.workingdir", "/srv/work"])
+    reference = f"{registry.address}/test/prebuilt:1"
+    task = make_task(
+        "prebuilt", task_toml=f'version = "1.0"\n[environment]\ndocker_image = "{reference}"\n',
+        solve_sh="cat ready.txt extra.txt > answer.txt\n",
+        test_sh="""\
+        if [ "$(pwd)" = /srv/work ] && [ "$(cat /srv/work/answer.txt)" = "$(printf \
+            'from the image\\nfrom environment/')" ]
+        then echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi
+        """)
+    (task / "environment" / "Dockerfile").unlink()
+    (task / "environment" / "extra.txt").write_text("from environment/\n")
+    try:
+        for sandbox in ("local", "docker"):
+            jobs = tmp_path / f"jobs-{sandbox}"
+            proc = run_cli("run", str(task.parent), "-a", "oracle", "--sandbox", sandbox,
+                           "--jobs-dir", str(jobs), "--job-name", sandbox,
+                           "--image-policy", "strict", timeout=600)
+            assert proc.returncode == 0, proc.stdout + proc.stderr
+            result = json.loads((jobs / sandbox / "prebuilt__1" / "result.json").read_text())
+            assert result["reward"] == 1.0, (sandbox, result["error"],
+                                             (jobs / sandbox / "prebuilt__1" / "verifier"
+                                              / "test_stderr.txt").read_text())
+            assert result["environment"] == {"base": "image", "image": reference,
+                                             "digest": digest, "workdir": "/srv/work"}
+    finally:
+        with contextlib.suppress(Exception):
+            engine.api.remove_image(reference, force=True)

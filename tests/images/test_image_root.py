@@ -24,7 +24,8 @@ import pytest
 from registry_support import (
     OTHER_DEBIAN,
     Registry,
-    busybox_root,
+    busybox_applets,
+    host_bash,
     other_debian_layout,
     push_image,
     push_layout,
@@ -42,40 +43,8 @@ from sandlot.tasks.loader import hash_tree
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
 
-def busybox_applets(root: Path) -> None:
-    """Every busybox applet as a link in /bin (sh, sleep, cat, awk...), and a /tmp."""
-    busybox_root(root)
-    import subprocess
-
-    applets = subprocess.run(["busybox", "--list"], capture_output=True, text=True,
-                             check=True, timeout=30).stdout.split()
-    for applet in applets:
-        link = root / "bin" / applet
-        if not os.path.lexists(link):
-            link.symlink_to("busybox")
-    (root / "tmp").mkdir(mode=0o1777, exist_ok=True)
-    (root / "tmp").chmod(0o1777)
-
-
 def drop_gone(root: Path) -> None:
     (root / "old" / "gone.txt").unlink()
-
-
-def host_bash(root: Path) -> None:
-    """The host's bash and the libraries it loads (Harbor runs `bash /tests/test.sh`)."""
-    import subprocess
-
-    bash = Path(shutil.which("bash") or "/bin/bash").resolve()
-    needed = subprocess.run(["ldd", str(bash)], capture_output=True, text=True, check=True,
-                            timeout=30).stdout
-    files = [bash] + [Path(word) for line in needed.splitlines() for word in line.split()
-                      if word.startswith("/")]
-    for path in files:
-        target = root / str(path).lstrip("/")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(path.resolve(), target)
-    if not os.path.lexists(root / "bin" / "bash"):
-        (root / "bin" / "bash").symlink_to(str(bash))
 
 
 @pytest.fixture(scope="module")

@@ -569,8 +569,6 @@ def test_env_templates_are_filled_from_the_environment_or_their_default() -> Non
     ('[environment]\ntpu = { type = "v6e", topology = "2x4" }\n', "environment.tpu (line 2)",
      "TPU"),
     ('[environment]\nos = "windows"\n', "environment.os (line 2)", "windows"),
-    ('[environment]\ndocker_image = "python:3.12"\n', "environment.docker_image (line 2)",
-     "FROM python:3.12"),
     ('[[steps]]\nname = "one"\n[[steps]]\nname = "two"\n', "steps (line 1)", "2 steps"),
     ('[agent]\nnetwork_mode = "allowlist"\nallowed_hosts = ["files.example.org"]\n',
      "agent.network_mode (line 2)", "allowlist"),
@@ -582,6 +580,23 @@ def test_what_sandlot_cannot_honour_is_refused_with_the_reason_and_a_fix(
     [problem] = errors(check_task(make_task("unsupported", task_toml=toml)))
     assert problem.field == field, problem
     assert needle in problem.message + problem.fix and problem.fix
+
+
+def test_a_prebuilt_image_is_run_as_it_is_and_its_dockerfile_is_not_checked(make_task) -> None:
+    from sandlot.tasks.loader import load_task
+
+    toml = '[environment]\ndocker_image = "python:3.12"\n'
+    task = make_task("prebuilt", task_toml=toml, dockerfile="FROM x\nONBUILD RUN true\n")
+    problems = check_task(task)
+    assert errors(problems) == []
+    [warning] = [p for p in problems if p.file == "environment/Dockerfile"]
+    assert warning.severity == "warning" and "not used" in warning.message
+    loaded = load_task(task)
+    assert loaded.prebuilt_image == "python:3.12" and loaded.dockerfile is None
+    assert loaded.declared_workdir is None and loaded.workdir == "/app"
+    from dataclasses import replace
+
+    assert replace(loaded, image_workdir="/testbed").workdir == "/testbed"
 
 
 def test_mcp_servers_and_skills_are_refused_for_agents_not_for_the_oracle(make_task) -> None:

@@ -101,6 +101,8 @@ class EnvironmentInfo:
     reason: str | None = None
     #: On a host-fallback of a `python:X.Y` image: the Python version that ran instead.
     python: str | None = None
+    #: The working folder the image set, when the task left it to the image.
+    workdir: str | None = None
 
     def as_dict(self) -> dict[str, str]:
         return {k: v for k, v in self.__dict__.items() if v is not None}
@@ -275,6 +277,10 @@ class EnvironmentRequest:
     build_timeout_sec: float
     #: Host folder for build logs of this trial.
     log_dir: Path
+    #: A prebuilt image to run as it is (task.toml's docker_image), instead of building
+    #: environment/Dockerfile. With an empty spec.workdir, the image's own WORKDIR is the
+    #: sandbox's (the sandbox's spec and EnvironmentInfo.workdir say which it was).
+    image: str | None = None
 
 
 class SandboxBackend(Protocol):

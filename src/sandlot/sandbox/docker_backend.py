@@ -13,6 +13,7 @@ import asyncio
 import atexit
 import contextlib
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ from sandlot.sandbox.docker_engine import (
     owner_dead,
     owner_id,
 )
+from sandlot.sandbox.files import needs_environment_upload, upload_environment
 from sandlot.tasks.dockerfile import parse_dockerfile
 
 #: The image of a task without environment/Dockerfile (subject to --base-image-override).
@@ -82,7 +84,12 @@ class DockerBackend:
         compose_path = find_compose(env_dir)
         setup = ContainerSetup(image="", owner=self.owner, runtime=self.runtime)
         dockerfile_env: dict[str, str] = {}
-        if compose_path is None:
+        if request.image is not None:  # a prebuilt image, run as it is
+            ref = override_image(request.image, self.overrides)
+            await self._pull_plain_http(ref, timeout)
+            setup.image = await self.builder.pull_if_missing(ref, timeout)
+            setup.base_image = setup.image
+        elif compose_path is None:
             if (env_dir / "Dockerfile").is_file():
                 base = await self._base_image(env_dir / "Dockerfile", timeout)
                 setup.image = await self.builder.image(
@@ -136,26 +143,39 @@ class DockerBackend:
         """The image the Dockerfile builds on, pulled first when its registry is spoken to
         over plain HTTP (see ImageBuilder.pull_plain_http)."""
         base = _final_base(dockerfile, self.overrides)
-        if base is None:
-            return None
-        try:
-            ref = parse_image_ref(base)
-        except ImageReferenceError:
-            return base
-        if ref.on_loopback or (ref.registry or "") in self.insecure_registries:
-            await self.builder.pull_plain_http(base, timeout_sec)
+        if base is not None:
+            await self._pull_plain_http(base, timeout_sec)
         return base
+
+    async def _pull_plain_http(self, image: str, timeout_sec: float) -> None:
+        """Pull `image` first if its registry is spoken to over plain HTTP."""
+        try:
+            ref = parse_image_ref(image)
+        except ImageReferenceError:
+            return
+        if ref.on_loopback or (ref.registry or "") in self.insecure_registries:
+            await self.builder.pull_plain_http(image, timeout_sec)
 
     @override
     async def create(self, request: EnvironmentRequest) -> Sandbox:
         setup = await self._images(request)
         digest = (await self.builder.repo_digest(setup.base_image)
                   if setup.base_image else None)
+        spec, workdir = request.spec, None
+        if not spec.workdir:  # a prebuilt image's own WORKDIR ("/" without one)
+            workdir = await self.builder.image_workdir(setup.image) or "/"
+            spec = replace(spec, workdir=workdir)
         async with self._slots:
-            sandbox = DockerSandbox(request.spec, self.engine, setup)
+            sandbox = DockerSandbox(spec, self.engine, setup)
             await sandbox.start()
         sandbox.environment = EnvironmentInfo(base="image", image=setup.base_image,
-                                              digest=digest)
+                                              digest=digest, workdir=workdir)
+        if needs_environment_upload(request.environment_dir, request.image):
+            try:
+                await upload_environment(sandbox, request.environment_dir, spec.workdir)
+            except BaseException:
+                await asyncio.shield(sandbox.stop())
+                raise
         return sandbox
 
     @override

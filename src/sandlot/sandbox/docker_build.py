@@ -352,6 +352,17 @@ class ImageBuilder:
                              "cannot be pulled here, build or load it locally and pass "
                              "--base-image-override OLD=NEW", "setup") from exc
 
+    async def image_workdir(self, ref: str) -> str | None:
+        """The WORKDIR an image's config sets, if any."""
+        from docker.errors import ImageNotFound, NotFound
+
+        try:
+            info = await self.engine.call(self.engine.api.inspect_image, ref)
+        except (ImageNotFound, NotFound):
+            return None
+        workdir = (info.get("Config") or {}).get("WorkingDir")
+        return workdir if isinstance(workdir, str) and workdir.startswith("/") else None
+
     async def repo_digest(self, ref: str) -> str | None:
         """The manifest digest the engine pulled `ref` at (its RepoDigests), if known."""
         from docker.errors import ImageNotFound, NotFound

@@ -64,3 +64,22 @@ async def share_folder(sandbox: Sandbox, local: Path, remote: str) -> None:
         await sandbox.expose(local, remote)
     else:
         await sandbox.upload(local, remote)
+
+
+def needs_environment_upload(environment_dir: Path, image: str | None) -> bool:
+    """Harbor's rule for a prebuilt image (docker_image): with no Dockerfile or compose
+    file to build, the files of environment/ are copied into the working folder."""
+    if image is None or not environment_dir.is_dir():
+        return False
+    if any((environment_dir / name).exists() for name in (
+            "Dockerfile", "docker-compose.yaml", "docker-compose.yml")):
+        return False
+    return any(environment_dir.iterdir())
+
+
+async def upload_environment(sandbox: Sandbox, environment_dir: Path, workdir: str) -> None:
+    """Copy each entry of environment/ into `workdir` (an entry of the same name there is
+    replaced, as `docker cp` of the folder would)."""
+    await make_dirs(sandbox, workdir)
+    for entry in sorted(environment_dir.iterdir()):
+        await sandbox.upload(entry, posixpath.join(workdir, entry.name))

@@ -24,9 +24,11 @@ from sandlot.images.reference import parse_image_ref
 from sandlot.images.store import IMAGES_FOLDER
 from sandlot.sandbox.base import EnvironmentInfo, EnvironmentRequest, Sandbox, SandboxSpec
 from sandlot.sandbox.cgroups import sweep_stale
+from sandlot.sandbox.files import needs_environment_upload, upload_environment
 from sandlot.sandbox.layers import LayerCache, layer_key, replay_dockerfile, step_key
 from sandlot.sandbox.local import LocalSandbox
 from sandlot.tasks.dockerfile import DockerfilePlan, Step, parse_dockerfile
+from sandlot.tasks.loader import DEFAULT_WORKDIR
 
 
 def folder_owner(name: str) -> int | None:
@@ -86,8 +88,15 @@ class LocalBackend:
     async def create(self, request: EnvironmentRequest) -> Sandbox:
         spec = request.spec
         dockerfile = request.environment_dir / "Dockerfile"
-        plan = parse_dockerfile(dockerfile.read_text()) if dockerfile.is_file() else None
-        root = await self._root(plan.base_image if plan is not None else None)
+        plan = (parse_dockerfile(dockerfile.read_text())
+                if dockerfile.is_file() and request.image is None else None)
+        root = await self._root(request.image or (plan.base_image if plan is not None
+                                                  else None))
+        if not spec.workdir:  # a prebuilt image's own WORKDIR ("/" without one, as Docker)
+            workdir = ((root.config.workdir or "/") if root.config is not None
+                       else DEFAULT_WORKDIR)
+            spec = replace(spec, workdir=workdir)
+            root = replace(root, info=replace(root.info, workdir=workdir))
         image: dict[str, object] = {"removed_paths": root.removed_paths,
                                     "added_links": root.added_links}
         if root.image is not None and root.config is not None:
@@ -114,6 +123,8 @@ class LocalBackend:
         sandbox.environment = root.info
         try:
             await sandbox.start()
+            if needs_environment_upload(request.environment_dir, request.image):
+                await upload_environment(sandbox, request.environment_dir, spec.workdir)
         except BaseException:
             await asyncio.shield(sandbox.stop())
             raise

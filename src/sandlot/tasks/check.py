@@ -195,9 +195,28 @@ def _unknown_key(task: str, text: str, path: str, close: str | None) -> Problem:
                    "dataset's own key", "warning")
 
 
-def _check_dockerfile(task: str, env_dir: Path, sandbox: str = "local") -> list[Problem]:
+def _prebuilt_image(task_toml: Path) -> str | None:
+    """task.toml's `[environment] docker_image`, read leniently (its errors are reported
+    with the rest of task.toml's)."""
+    try:
+        environment = tomllib.loads(task_toml.read_text(encoding="utf-8")).get("environment")
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return None
+    image = environment.get("docker_image") if isinstance(environment, dict) else None
+    return image if isinstance(image, str) and image.strip() else None
+
+
+def _check_dockerfile(task: str, env_dir: Path, sandbox: str = "local",
+                      prebuilt: str | None = None) -> list[Problem]:
     dockerfile = env_dir / "Dockerfile"
     problems: list[Problem] = []
+    if prebuilt is not None:  # Harbor runs the prebuilt image and never builds this one
+        if dockerfile.exists():
+            problems.append(Problem(task, "environment/Dockerfile", None,
+                                    f"not used: task.toml's docker_image names a prebuilt "
+                                    f"image ({prebuilt})", "remove docker_image to build "
+                                    "the Dockerfile instead", "warning"))
+        return problems
     container = sandbox in CONTAINER_BACKENDS
     compose = any((env_dir / name).exists() for name in (
         "docker-compose.yaml", "docker-compose.yml", "compose.yaml", "compose.yml"))
@@ -284,7 +303,8 @@ def check_task(path: Path, *, need_solution: bool = True, sandbox: str = "local"
         problems.append(Problem(task, "solution/solve.sh", None, "missing",
                                 "add solution/solve.sh (the reference solution the oracle runs)",
                                 "error" if need_solution else "warning"))
-    problems.extend(_check_dockerfile(task, path / "environment", sandbox))
+    problems.extend(_check_dockerfile(task, path / "environment", sandbox,
+                                      _prebuilt_image(path / "task.toml")))
     return problems
 
 

@@ -30,6 +30,14 @@ class Task:
     #: An invalid task still gets its trials, which end as `task_invalid` without starting
     #: a sandbox, so one bad task never stops the others.
     problems: tuple[str, ...] = ()
+    #: The working folder its prebuilt image (docker_image) sets, once a sandbox of it
+    #: has started (see `workdir`).
+    image_workdir: str | None = None
+
+    @property
+    def prebuilt_image(self) -> str | None:
+        """`[environment] docker_image`: the image the task runs in as it is (no build)."""
+        return self.config.environment.docker_image or None
 
     @property
     def is_valid(self) -> bool:
@@ -49,12 +57,19 @@ class Task:
 
     @property
     def workdir(self) -> str:
-        """task.toml's workdir, else the Dockerfile's last WORKDIR, else /app."""
+        """task.toml's workdir, else the Dockerfile's last WORKDIR (or a prebuilt image's
+        own), else /app."""
+        return self.declared_workdir or self.image_workdir or DEFAULT_WORKDIR
+
+    @property
+    def declared_workdir(self) -> str | None:
+        """The working folder the task's own files name; None for a prebuilt image that
+        decides it (its WORKDIR, known once a sandbox of it starts)."""
         if self.config.environment.workdir:
             return self.config.environment.workdir
         if self.dockerfile and self.dockerfile.workdir:
             return self.dockerfile.workdir
-        return DEFAULT_WORKDIR
+        return None if self.prebuilt_image else DEFAULT_WORKDIR
 
     @property
     def agent_user(self) -> str | None:
@@ -109,8 +124,9 @@ def load_task(path: Path, *, need_solution: bool = True, sandbox: str = "local")
     config = fill_templates(TaskConfig.model_validate(
         tomllib.loads((path / "task.toml").read_text(encoding="utf-8"))))
     dockerfile_path = path / "environment" / "Dockerfile"
+    # A prebuilt image (docker_image) is run as it is: its Dockerfile is not built.
     plan = (parse_dockerfile(dockerfile_path.read_text(encoding="utf-8"))
-            if dockerfile_path.exists() else None)
+            if dockerfile_path.exists() and not config.environment.docker_image else None)
     return Task(
         name=task_name(path),
         path=path.resolve(),

@@ -32,10 +32,6 @@ def unsupported(config: TaskConfig, *, oracle: bool) -> list[Unsupported]:
     if env.os != "linux":
         out.append(Unsupported("environment.os", f"the task targets {env.os} containers; "
                                "sandlot runs Linux only", "drop it from the run (--exclude)"))
-    if env.docker_image:
-        out.append(Unsupported("environment.docker_image", "a prebuilt image is not "
-                               "supported yet", f"build it instead: environment/Dockerfile "
-                               f"with `FROM {env.docker_image}`"))
     if config.steps:
         out.append(Unsupported("steps", f"a multi-step task ({len(config.steps)} steps) is "
                                "not supported yet", "drop it from the run (--exclude)"))
