@@ -260,6 +260,10 @@ def run(
         help="Local sandbox: auto (pull the task's image; if it cannot be pulled, run on "
         "this host's root and label the result host-fallback), strict (such a task fails "
         "instead), host (never pull: every task on this host's root).")] = "auto",
+    image_cache_max_gb: Annotated[float, typer.Option(
+        min=0, envvar="SANDLOT_IMAGE_CACHE_MAX_GB",
+        help="Local sandbox: the size cap of the pulled-image cache, in GB; over it, the "
+        "images used longest ago that no running job uses are evicted. 0: no cap.")] = 20.0,
     insecure_registry: Annotated[list[str] | None, typer.Option(
         "--insecure-registry",
         help="HOST[:PORT] of a registry spoken to over plain HTTP (one on 127.0.0.0/8 "
@@ -340,6 +344,7 @@ def run(
             sandbox, cache, force_build=force_build,
             base_image_overrides=parse_image_overrides(base_image_override),
             image_policy=image_policy, insecure_registries=insecure_registry or (),
+            image_cache_max_bytes=int(image_cache_max_gb * 1e9) or None,
             notify=lambda line: console.print(f"[yellow]{escape(line)}[/]"))
     except (ValueError, SandboxError) as exc:
         raise _fail(console, str(exc)) from exc

@@ -128,3 +128,42 @@ def test_an_invalid_reference_is_refused_before_any_network(tmp_path):
     store = ImageStore(tmp_path / "images")
     with pytest.raises(ImagePullError, match="not a valid repository name"):
         pull(store, "127.0.0.1:1/Test/UPPER:1")
+
+
+def test_over_its_cap_the_cache_evicts_unleased_images_used_longest_ago(registry, tmp_path):
+    """Three images sharing the busybox base layer (each ~3 MB of its own, unpacked and
+    as a blob); a cap that holds two of them, not three."""
+    def extra(name: str):
+        def layer(root: Path) -> None:
+            (root / f"{name}.bin").write_bytes(os.urandom(3_000_000))
+        return layer
+
+    names = ("evict/a:1", "evict/b:1", "evict/c:1")
+    for name in names:
+        push_image(registry, tmp_path / f"build-{name[6]}", name,
+                   [busybox_root, extra(name[6])])
+    probe = ImageStore(tmp_path / "probe")
+    pull(probe, f"{registry.address}/{names[0]}")
+    one_image = probe.size()
+    probe.close()
+
+    store = ImageStore(tmp_path / "images", max_bytes=int(one_image * 2.2))
+    first = pull(store, f"{registry.address}/{names[0]}")
+    store.close()  # the job that used it is over: it may go
+    # Another job still runs on b: it must stay, whatever the cap says.
+    job_b = ImageStore(tmp_path / "images")
+    second = pull(job_b, f"{registry.address}/{names[1]}")
+    third = pull(store, f"{registry.address}/{names[2]}")
+    pulled = {p.stem for p in (store.root / "pulled").glob("*.json")}
+    assert first.digest.split(":")[1] not in pulled  # evicted: unleased, used longest ago
+    assert {second.digest.split(":")[1], third.digest.split(":")[1]} <= pulled
+    assert store.size() <= int(one_image * 2.2)
+    # Its own layer and blobs went; the base layer the others use stayed.
+    assert not first.layers[1].exists()
+    assert first.layers[0].exists() and second.layers[0] == first.layers[0]
+    assert not (store.blobs / "sha256" / first.digest.split(":")[1]).exists()
+    # Pulled again, it comes back whole.
+    again = pull(store, f"{registry.address}/{names[0]}")
+    assert all(layer.is_dir() for layer in again.layers)
+    job_b.close()
+    store.close()

@@ -24,6 +24,7 @@ import hashlib
 import json
 import os
 import re
+import stat
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -62,7 +63,14 @@ class PulledImage:
 
 @dataclass
 class ImageStore:
-    """The image cache of one cache folder; safe to share between processes."""
+    """The image cache of one cache folder; safe to share between processes.
+
+    Every image this store pulled (or found cached) stays leased until `close()` (or the
+    process's end): a shared lock on `leases/<hex>` that keeps it from being evicted while
+    a job may still start sandboxes on it. Over `max_bytes`, the images used longest ago
+    that no running job leases are evicted after a pull, layers and blobs another image
+    still uses kept.
+    """
 
     root: Path
     #: Registries (host[:port]) spoken to over plain HTTP besides the loopback ones.
@@ -70,6 +78,16 @@ class ImageStore:
     #: Registry credentials (a Docker/Podman auth.json); None: skopeo's own lookup.
     auth_file: Path | None = None
     skopeo: str = "skopeo"
+    #: The cache's size cap (unpacked layers and blobs); None: no cap.
+    max_bytes: int | None = None
+    _leases: dict[str, int] = field(default_factory=dict, repr=False)
+
+    def close(self) -> None:
+        """Release this store's leases: its images may be evicted from now on."""
+        for fd in self._leases.values():
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._leases.clear()
 
     @property
     def blobs(self) -> Path:
@@ -97,12 +115,102 @@ class ImageStore:
             if known is not None:
                 cached = await asyncio.to_thread(self._cached, ref, known)
                 if cached is not None:
+                    await asyncio.to_thread(self._lease, cached.digest)
                     return cached
             manifest_digest = await self._fetch(ref)
             pulled = await asyncio.to_thread(self._assemble, ref, manifest_digest)
             if ref.digest is None:
                 await asyncio.to_thread(self._remember, ref, manifest_digest)
+            await asyncio.to_thread(self._lease, pulled.digest)
+            if self.max_bytes is not None:
+                await asyncio.to_thread(self._evict, self.max_bytes)
             return pulled
+
+    def _lease(self, manifest_digest: str) -> None:
+        """A shared lock on the image for as long as this store lives, and a mark of its
+        use (the record's mtime orders evictions)."""
+        record = self.root / "pulled" / f"{_hex(manifest_digest)}.json"
+        with contextlib.suppress(OSError):
+            os.utime(record)
+        if manifest_digest in self._leases:
+            return
+        leases = self.root / "leases"
+        leases.mkdir(exist_ok=True)
+        fd = os.open(leases / _hex(manifest_digest), os.O_CREAT | os.O_RDWR, 0o600)
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        self._leases[manifest_digest] = fd
+
+    def size(self) -> int:
+        """Bytes the cache holds (unpacked layers and blobs, as the disk counts them)."""
+        return sum(_disk_usage(folder) for folder in (self.root / "layers", self.blobs))
+
+    def _evict(self, max_bytes: int) -> list[str]:
+        """Evict unleased images, used longest ago first, until the cache fits
+        `max_bytes`; returns the manifest digests evicted. Runs under the store's lock."""
+        evicted: list[str] = []
+        total = self.size()
+        records = sorted((self.root / "pulled").glob("*.json"), key=_mtime)
+        for record in records:
+            if total <= max_bytes:
+                break
+            digest = f"sha256:{record.stem}"
+            if digest in self._leases or not self._try_exclusive(record.stem):
+                continue
+            record.unlink(missing_ok=True)
+            evicted.append(digest)
+            total -= self._drop_unreferenced()
+        return evicted
+
+    def _try_exclusive(self, hexdigest: str) -> bool:
+        """Whether no job leases the image (an exclusive lock could be had, and is let go
+        at once: the record is removed under the store's lock, so no one leases it anew)."""
+        lease = self.root / "leases" / hexdigest
+        if not lease.exists():
+            return True
+        fd = os.open(lease, os.O_RDWR)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        finally:
+            os.close(fd)
+        return True
+
+    def _drop_unreferenced(self) -> int:
+        """Remove layers and blobs no remaining image uses (and tags pointing at gone
+        images); returns the bytes freed."""
+        keep_layers: set[str] = set()
+        keep_blobs: set[str] = set()
+        kept_digests: set[str] = set()
+        for record in (self.root / "pulled").glob("*.json"):
+            try:
+                data = json.loads(record.read_text())
+                layers = [str(d) for d in data["layers"]]
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+            kept_digests.add(f"sha256:{record.stem}")
+            keep_layers.update(_hex(d) for d in layers)
+            keep_blobs.update(_hex(d) for d in layers)
+            keep_blobs.update(_hex(d) for d in data.get("blobs", []))
+            keep_blobs.add(record.stem)
+        freed = 0
+        for folder in (self.root / "layers").iterdir():
+            if folder.name not in keep_layers:
+                freed += _disk_usage(folder)
+                remove_tree(folder, ignore_errors=True)
+        blobs = self.blobs / "sha256"
+        if blobs.is_dir():
+            for blob in blobs.iterdir():
+                if blob.name not in keep_blobs:
+                    freed += _disk_usage(blob)
+                    blob.unlink(missing_ok=True)
+        refs = self.root / "refs"
+        if refs.is_dir():
+            for ref_record in refs.glob("*.json"):
+                with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+                    if json.loads(ref_record.read_text())["digest"] not in kept_digests:
+                        ref_record.unlink()
+        return freed
 
     def _ref_record(self, ref: ImageRef) -> Path:
         return self.root / "refs" / f"{hashlib.sha256(str(ref).encode()).hexdigest()}.json"
@@ -202,8 +310,10 @@ class ImageStore:
         pulled = PulledImage(ref=str(ref), digest=manifest_digest,
                              layers=tuple(self.layer_dir(d) for d in digests),
                              config=dict(config.get("config") or {}), unpacked=tuple(unpacked))
+        # The config's and (for an index) the platform manifest's blobs, for eviction.
+        blobs = [str(manifest["config"]["digest"])]
         write_json(record_path, {"ref": pulled.ref, "digest": pulled.digest,
-                                 "layers": digests, "config": pulled.config})
+                                 "layers": digests, "blobs": blobs, "config": pulled.config})
         return pulled
 
     def _unpack(self, ref: ImageRef, digest: str) -> bool:
@@ -223,6 +333,29 @@ class ImageStore:
             if scratch.exists():
                 remove_tree(scratch, ignore_errors=True)
         return True
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+def _disk_usage(path: Path) -> int:
+    """Bytes `path` takes on disk (a file, or a folder's whole tree; links not followed)."""
+    try:
+        st = path.lstat()
+    except OSError:
+        return 0
+    if not stat.S_ISDIR(st.st_mode):
+        return st.st_blocks * 512
+    total = st.st_blocks * 512
+    for dirpath, dirnames, filenames in os.walk(path):
+        for name in dirnames + filenames:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(dirpath, name)).st_blocks * 512
+    return total
 
 
 def _hex(digest: str) -> str:

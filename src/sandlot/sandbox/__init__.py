@@ -20,6 +20,7 @@ BACKENDS = ("local", "docker")
 def create_backend(name: str, cache_dir: Path, *, force_build: bool = False,
                    base_image_overrides: dict[str, str] | None = None,
                    image_policy: str = "auto", insecure_registries: Sequence[str] = (),
+                   image_cache_max_bytes: int | None = None,
                    notify: Callable[[str], None] | None = None) -> SandboxBackend:
     """Raises: ValueError for an unknown name; SandboxError if the backend cannot run here.
 
@@ -39,7 +40,7 @@ def create_backend(name: str, cache_dir: Path, *, force_build: bool = False,
         check_local_backend()
         store = ImageStore(cache_dir / IMAGES_FOLDER,
                            insecure_registries=frozenset(insecure_registries),
-                           auth_file=registry_auth_file())
+                           auth_file=registry_auth_file(), max_bytes=image_cache_max_bytes)
         return LocalBackend(cache_dir, image_policy=image_policy,  # type: ignore[arg-type]
                             images=store, base_image_overrides=base_image_overrides,
                             notify=notify)
