@@ -343,3 +343,23 @@ def test_the_spend_of_a_retried_try_is_counted_apart(run_cli, make_task, tmp_pat
     known = [c for c in costs if c is not None]
     assert summary["spend_usd"] == (round(sum(known), 8) if known else None)
     assert "retried tries" in proc.stdout
+
+
+def test_build_args_override_the_dockerfile_s_arg_defaults(run_cli, make_task, tmp_path):
+    task = make_task(
+        "build-args",
+        dockerfile=("ARG SUITE=bookworm\nFROM debian:${SUITE}-slim\nWORKDIR /app\n"
+                    "ARG GREETING=hello\nARG WHO\nENV SAID=${GREETING}\n"
+                    'RUN echo "$GREETING $WHO" > /app/built.txt\n'),
+        test_sh="""\
+        if [ "$(cat /app/built.txt)" = "bonjour world" ] && [ "$SAID" = bonjour ]
+        then echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi
+        """)
+    proc = run_cli("run", str(task.parent), "-a", "oracle", "--jobs-dir", str(tmp_path / "jobs"),
+                   "--job-name", "args", "--build-arg", "GREETING=bonjour", "--build-arg", "WHO",
+                   env={"WHO": "world"})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert load(tmp_path / "jobs" / "args" / "build-args__1" / "result.json")["reward"] == 1.0
+    bad = run_cli("run", str(task.parent), "-a", "oracle", "--jobs-dir", str(tmp_path / "jobs"),
+                  "--build-arg", "NOT_SET_ANYWHERE_X")
+    assert bad.returncode != 0 and "NOT_SET_ANYWHERE_X" in bad.stdout + bad.stderr

@@ -255,6 +255,9 @@ def run(
         "--base-image-override",
         help="OLD=NEW: build FROM NEW wherever a Dockerfile or compose file names OLD "
         "(repeatable).")] = None,
+    build_arg: Annotated[list[str] | None, typer.Option(
+        "--build-arg", help="NAME=VALUE for the Dockerfiles' ARG NAME (repeatable; a bare "
+        "NAME takes its value from this environment), as docker build's.")] = None,
     image_policy: Annotated[str, typer.Option(
         envvar="SANDLOT_IMAGE_POLICY",
         help="Local sandbox: auto (pull the task's image; if it cannot be pulled, run on "
@@ -287,7 +290,7 @@ def run(
     from sandlot.job import ConfigMismatchError, JobSetupError, run_job
     from sandlot.models import JobConfig
     from sandlot.report.table import end_of_run
-    from sandlot.sandbox import create_backend, parse_image_overrides
+    from sandlot.sandbox import create_backend, parse_build_args, parse_image_overrides
     from sandlot.tasks import check_tasks, discover_tasks, load_task_or_invalid
     from sandlot.tasks.loader import hash_tree
 
@@ -307,10 +310,14 @@ def run(
     if not paths:
         raise _fail(console, f"no tasks selected in {tasks_dir}: a task is a folder holding "
                     "task.toml (check --include/--exclude)")
+    try:
+        build_args = parse_build_args(build_arg)
+    except ValueError as exc:
+        raise _fail(console, str(exc)) from exc
     problems = check_tasks(paths, need_solution=agent == "oracle", sandbox=sandbox)
     _print_warning_groups(console, [p for p in problems if p.severity == "warning"])
-    tasks = [load_task_or_invalid(p, need_solution=agent == "oracle", sandbox=sandbox)
-             for p in paths]
+    tasks = [load_task_or_invalid(p, need_solution=agent == "oracle", sandbox=sandbox,
+                                  build_args=build_args) for p in paths]
     invalid = [t for t in tasks if not t.is_valid]
     if invalid:
         _print_problems(console, [p for p in problems if p.severity == "error"])
@@ -345,6 +352,7 @@ def run(
             base_image_overrides=parse_image_overrides(base_image_override),
             image_policy=image_policy, insecure_registries=insecure_registry or (),
             image_cache_max_bytes=int(image_cache_max_gb * 1e9) or None,
+            build_args=build_args,
             notify=lambda line: console.print(f"[yellow]{escape(line)}[/]"))
     except (ValueError, SandboxError) as exc:
         raise _fail(console, str(exc)) from exc

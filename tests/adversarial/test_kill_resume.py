@@ -76,6 +76,16 @@ def outcome(result: dict) -> tuple:
             result["error"]["kind"] if result["error"] else None)
 
 
+def _verifier_output(trial: Path) -> str:
+    """The end of test.sh's output and of the trial's log, for a failure message."""
+    parts = []
+    for name in ("verifier/test_stdout.txt", "verifier/test_stderr.txt", "trial.log"):
+        path = trial / name
+        if path.is_file():
+            parts.append(f"{name}: {path.read_text(errors='replace')[-600:]}")
+    return "\n".join(parts)
+
+
 def test_sigkill_at_random_points_then_resume_loses_nothing(tmp_path, record):
     with adopting_orphans() as ours:
         _kill_and_resume(tmp_path, record, ours)
@@ -171,10 +181,15 @@ def _kill_and_resume(tmp_path: Path, record, ours: set[int]) -> None:
                            "--job-name", "baseline")
     assert baseline.returncode == 0, baseline.stdout + baseline.stderr
     expected = load(jobs / "baseline" / "summary.json")
-    assert {f: summary[f] for f in SUMMARY_FIELDS} == {f: expected[f] for f in SUMMARY_FIELDS}
     base_results = {p.parent.name: outcome(load(p))
                     for p in (jobs / "baseline").glob("*/result.json")}
-    assert {n: outcome(json.loads(raw)) for n, raw in now.items()} == base_results
+    # Trial by trial first: a difference names the trial, its error and test.sh's output
+    # (seen once under the full suite: one trial reward_missing after the kills).
+    differ = {n: (outcome(json.loads(raw)), base_results.get(n), json.loads(raw)["error"],
+                  _verifier_output(job / n), n in kept)
+              for n, raw in now.items() if outcome(json.loads(raw)) != base_results.get(n)}
+    assert not differ, differ
+    assert {f: summary[f] for f in SUMMARY_FIELDS} == {f: expected[f] for f in SUMMARY_FIELDS}
 
     # Nothing left: processes, cgroups of any killed run, scratch and build folders.
     assert wait_until(lambda: not pgrep(marker) and not pgrep(str(cache))

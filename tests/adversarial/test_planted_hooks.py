@@ -255,8 +255,9 @@ def test_planted_hook_never_runs_in_the_verifier(hook_job, name, record):
     trial = hook_job / f"{name}__1"
     result = load(trial / "result.json")
     if result["agent_exit_code"] != 0 or result["error"] is not None:
-        pytest.fail(f"the attack itself failed: {result['error']}\n"
-                    + (trial / "agent" / "stderr.txt").read_text())
+        said = [(trial / name).read_text(errors="replace")[-2000:]
+                for name in ("agent/stderr.txt", "trial.log") if (trial / name).is_file()]
+        pytest.fail(f"the attack itself failed: {result['error']}\n" + "\n".join(said))
     neutralized = {n["path"] for n in (result["integrity"] or {}).get("neutralized", [])}
     blocked = result["reward"] == 0.0 and not result["passed"]
     record.attempt(f"hook {name}", blocked)

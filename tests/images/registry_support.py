@@ -88,6 +88,19 @@ def running_registry(folder: Path) -> Iterator[Registry]:
         log.close()
 
 
+def registry_for_local_sandbox(folder: Path) -> Iterator[Registry]:
+    """A running registry for tests of the local sandbox (skipped where it cannot run)."""
+    from sandlot.errors import SandboxError
+    from sandlot.sandbox.local_backend import check_local_backend
+
+    try:
+        check_local_backend()
+    except SandboxError as exc:
+        pytest.skip(f"local sandbox cannot run here: {exc}")
+    with running_registry(folder) as registry:
+        yield registry
+
+
 #: One layer: a function that changes the unpacked root before it is packed.
 LayerStep = Callable[[Path], None]
 

@@ -20,13 +20,11 @@ from registry_support import (
     other_debian_layout,
     push_image,
     push_layout,
-    running_registry,
+    registry_for_local_sandbox,
 )
 
 from conftest import kept_downloads_dir
-from sandlot.errors import SandboxError
 from sandlot.sandbox.docker_engine import Engine
-from sandlot.sandbox.local_backend import check_local_backend
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1500)]
 
@@ -45,12 +43,7 @@ def engine_or_skip() -> Engine:
 
 @pytest.fixture(scope="module")
 def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry]:
-    try:
-        check_local_backend()
-    except SandboxError as exc:
-        pytest.skip(f"local sandbox cannot run here: {exc}")
-    with running_registry(tmp_path_factory.mktemp("registry")) as reg:
-        yield reg
+    yield from registry_for_local_sandbox(tmp_path_factory.mktemp("registry"))
 
 
 @pytest.mark.slow

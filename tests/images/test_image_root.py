@@ -29,7 +29,7 @@ from registry_support import (
     other_debian_layout,
     push_image,
     push_layout,
-    running_registry,
+    registry_for_local_sandbox,
 )
 
 from conftest import kept_downloads_dir
@@ -37,7 +37,7 @@ from sandlot.errors import ErrorKind, SandboxError, TrialError
 from sandlot.images import ImageStore
 from sandlot.sandbox.base import EnvironmentRequest, SandboxSpec
 from sandlot.sandbox.local import LocalSandbox
-from sandlot.sandbox.local_backend import LocalBackend, check_local_backend, is_python_image
+from sandlot.sandbox.local_backend import LocalBackend, is_python_image
 from sandlot.tasks.loader import hash_tree
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
@@ -49,12 +49,7 @@ def drop_gone(root: Path) -> None:
 
 @pytest.fixture(scope="module")
 def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry]:
-    try:
-        check_local_backend()
-    except SandboxError as exc:
-        pytest.skip(f"local sandbox cannot run here: {exc}")
-    with running_registry(tmp_path_factory.mktemp("registry")) as reg:
-        yield reg
+    yield from registry_for_local_sandbox(tmp_path_factory.mktemp("registry"))
 
 
 @pytest.fixture(scope="module")
@@ -207,13 +202,14 @@ def test_heredocs_shell_and_run_flags_build_on_the_image(image, tmp_path):
                   "RUN <<EOF\necho one > /one.txt\necho two >> /one.txt\nEOF\n"
                   "RUN --mount=type=cache,target=/var/cache/x cat <<'END' > /two.txt\n"
                   "literal $HOME\nEND\n"
-                  "RUN --network=none <<EOF\n#!/bin/sh\necho \"$0\" > /three.txt\nEOF\n")
+                  "RUN --network=none <<EOF\n#!/bin/sh\necho \"$0\" > /three.txt\nEOF\n"
+                  "ARG WHO=heredoc\nCOPY <<EOF /etc/four.txt\nfrom a $WHO\nEOF\n")
 
     async def body(sandbox: Any) -> str:
-        return await sh(sandbox, "cat /one.txt /two.txt /three.txt")
+        return await sh(sandbox, "cat /one.txt /two.txt /three.txt /etc/four.txt")
 
     out = asyncio.run(with_sandbox(backend, request_for(tmp_path, dockerfile), body))
-    assert out == "one\ntwo\nliteral $HOME\n/dev/stdin\n"
+    assert out == "one\ntwo\nliteral $HOME\n/dev/stdin\nfrom a heredoc\n"
 
 
 def test_an_image_that_cannot_be_pulled_falls_back_to_the_host_root_and_says_so(tmp_path):

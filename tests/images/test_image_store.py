@@ -158,9 +158,12 @@ def test_over_its_cap_the_cache_evicts_unleased_images_used_longest_ago(registry
     assert first.digest.split(":")[1] not in pulled  # evicted: unleased, used longest ago
     assert {second.digest.split(":")[1], third.digest.split(":")[1]} <= pulled
     assert store.size() <= int(one_image * 2.2)
-    # Its own layer and blobs went; the base layer the others use stayed.
+    # Its own layers and blobs went; a layer a kept image shares stayed (the busybox
+    # layers are one digest only when umoci packed them within the same second).
+    kept_layers = set(second.layers) | set(third.layers)
+    for layer in first.layers:
+        assert layer.exists() == (layer in kept_layers), layer
     assert not first.layers[1].exists()
-    assert first.layers[0].exists() and second.layers[0] == first.layers[0]
     assert not (store.blobs / "sha256" / first.digest.split(":")[1]).exists()
     # Pulled again, it comes back whole.
     again = pull(store, f"{registry.address}/{names[0]}")

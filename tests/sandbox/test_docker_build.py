@@ -70,3 +70,9 @@ def test_the_final_base_is_the_last_stage_s_image_through_stage_names():
     assert final_base("FROM scratch\nCOPY x /x\n", {}) is None
     assert final_base("ARG V=3\nFROM python:${V}\n", {}) is None
     assert final_base("RUN <<EOF\nFROM inside-a-heredoc\nEOF\n", {}) is None
+
+
+def test_build_args_are_part_of_the_image_key():
+    assert image_key("d", "main", "Dockerfile", {}) == image_key("d", "main", "Dockerfile", {}, {})
+    assert (image_key("d", "main", "Dockerfile", {}, {"V": "1"})
+            != image_key("d", "main", "Dockerfile", {}, {"V": "2"}))

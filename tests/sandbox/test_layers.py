@@ -74,6 +74,9 @@ def test_layer_key_follows_digest_base_image_and_the_root_it_was_built_on():
     one, other = "sha256:" + "a" * 64, "sha256:" + "b" * 64
     assert layer_key("d1", plan, one) != layer_key("d1", plan, other)
     assert layer_key("d1", plan, "host") != layer_key("d1", plan, "host-fallback")
+    with_arg = "FROM debian:bookworm-slim\nARG V=1\nRUN echo $V\n"
+    assert (layer_key("d1", parse_dockerfile(with_arg), "host")
+            != layer_key("d1", parse_dockerfile(with_arg, {"V": "2"}), "host"))
 
 
 # -- LayerCache ----------------------------------------------------------------------------

@@ -256,7 +256,7 @@ def test_defaults_when_sections_are_absent() -> None:
 DOCKERFILE_REFUSALS = {
     "multi-stage": ("FROM python:3.11 AS build\nRUN true\nFROM debian:bookworm\n", 3),
     "add-url": ("FROM debian:bookworm\nADD https://example.com/data.tgz /opt/\n", 2),
-    "heredoc-copy": ("FROM debian:bookworm\nWORKDIR /app\nCOPY <<EOF x.txt\nhi\nEOF\n", 3),
+    "copy-from": ("FROM debian:bookworm\nWORKDIR /app\nCOPY --from=other /a /b\n", 3),
 }
 
 

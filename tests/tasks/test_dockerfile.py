@@ -325,7 +325,7 @@ def test_ignored_instructions_leave_no_steps_or_issues() -> None:
 
 @pytest.mark.parametrize(("line", "needle"), [
     ("ONBUILD RUN true", "ONBUILD"),
-    ("COPY <<EOF /x\nhi\nEOF", "COPY with a heredoc"),
+    ("COPY --parents a /b/", "--parents"),
 ])
 def test_unsupported_instructions_name_a_container_backend(line: str, needle: str) -> None:
     [issue] = parse_dockerfile(f"FROM x\n{line}\n").issues
@@ -342,3 +342,38 @@ def test_the_last_entrypoint_is_the_images_in_either_form() -> None:
     assert not shell.entrypoint_takes_args, "Docker gives a shell-form ENTRYPOINT no arguments"
     assert parse_dockerfile('FROM x\nENTRYPOINT ["/a"]\nENTRYPOINT []\n').entrypoint is None
     assert parse_dockerfile("FROM x\nCMD python3 -m http.server\n").entrypoint is None
+
+
+def test_build_args_override_declared_arg_defaults_only() -> None:
+    text = ("ARG TAG=12\nFROM debian:${TAG}\nARG TAG\nARG A=one\nARG B\n"
+            'RUN echo "$TAG $A $B $UNDECLARED"\n')
+    plain = parse_dockerfile(text)
+    given = parse_dockerfile(text, {"TAG": "13", "A": "two", "B": "three", "UNDECLARED": "x"})
+    assert plain.base_image == "debian:12" and given.base_image == "debian:13"
+    [step] = given.steps
+    assert {k: step.env[k] for k in ("TAG", "A", "B")} == {"TAG": "13", "A": "two", "B": "three"}
+    assert "UNDECLARED" not in step.env
+    assert plain.steps[0].env["A"] == "one" and plain.steps[0].env["B"] == ""
+
+
+def test_build_arg_values_parse_like_docker_build() -> None:
+    from sandlot.sandbox import parse_build_args
+
+    assert parse_build_args(["A=1", "B=", "C=x=y", "HOME_DIR"], {"HOME_DIR": "/h"}) == {
+        "A": "1", "B": "", "C": "x=y", "HOME_DIR": "/h"}
+    for bad in (["=1"], ["1A=2"], ["A-B=1"], ["MISSING"]):
+        with pytest.raises(ValueError):
+            parse_build_args(bad, {})
+
+
+def test_a_copy_heredoc_writes_its_body_as_a_file() -> None:
+    text = ("FROM x\nWORKDIR /app\nARG NAME=world\n"
+            "COPY <<EOF conf.txt\nhello $NAME\nEOF\n"
+            "COPY --chmod=600 <<'A' <<-B data.txt /etc/many/\nliteral $NAME\nA\n\tb\n\tB\n")
+    plan = parse_dockerfile(text)
+    assert plan.issues == []
+    one, two = plan.steps
+    assert one.dest == "/app/conf.txt" and one.sources == []
+    assert one.inline == (("EOF", "hello world\n"),)
+    assert two.sources == ["data.txt"] and two.dest == "/etc/many/" and two.chmod == "600"
+    assert two.inline == (("A", "literal $NAME\n"), ("B", "b\n"))

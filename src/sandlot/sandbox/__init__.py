@@ -21,11 +21,12 @@ def create_backend(name: str, cache_dir: Path, *, force_build: bool = False,
                    base_image_overrides: dict[str, str] | None = None,
                    image_policy: str = "auto", insecure_registries: Sequence[str] = (),
                    image_cache_max_bytes: int | None = None,
+                   build_args: dict[str, str] | None = None,
                    notify: Callable[[str], None] | None = None) -> SandboxBackend:
     """Raises: ValueError for an unknown name; SandboxError if the backend cannot run here.
 
-    `base_image_overrides` (OLD -> NEW image) and `insecure_registries` apply to both
-    backends, `force_build` to the docker one; `image_policy` and `notify` (where the one
+    `base_image_overrides` (OLD -> NEW image), `build_args` and `insecure_registries` apply
+    to both backends, `force_build` to the docker one; `image_policy` and `notify` (where the one
     line about an image that cannot be pulled goes) to the local one, which pulls images
     itself.
     """
@@ -43,13 +44,14 @@ def create_backend(name: str, cache_dir: Path, *, force_build: bool = False,
                            auth_file=registry_auth_file(), max_bytes=image_cache_max_bytes)
         return LocalBackend(cache_dir, image_policy=image_policy,  # type: ignore[arg-type]
                             images=store, base_image_overrides=base_image_overrides,
-                            notify=notify)
+                            build_args=build_args, notify=notify)
     if name == "docker":
         from sandlot.sandbox.docker_backend import DockerBackend
 
         return DockerBackend(cache_dir, force_build=force_build,
                              base_image_overrides=base_image_overrides,
-                             insecure_registries=frozenset(insecure_registries))
+                             insecure_registries=frozenset(insecure_registries),
+                             build_args=build_args)
     raise ValueError(f"unknown sandbox {name!r}; choose one of: {', '.join(BACKENDS)}")
 
 
@@ -64,6 +66,26 @@ def registry_auth_file() -> Path | None:
     return config if config.is_file() else None
 
 
+def parse_build_args(values: list[str] | None,
+                     environ: dict[str, str] | None = None) -> dict[str, str]:
+    """`--build-arg K=V` values (a bare `K` takes K's value from sandlot's environment, as
+    `docker build` does). Raises: ValueError."""
+    environ = dict(os.environ) if environ is None else environ
+    out: dict[str, str] = {}
+    for value in values or []:
+        key, eq, given = value.partition("=")
+        key = key.strip()
+        if not key or not key.replace("_", "a").isalnum() or key[0].isdigit():
+            raise ValueError(f"--build-arg wants NAME=VALUE, got {value!r}")
+        if eq:
+            out[key] = given
+        elif key in environ:
+            out[key] = environ[key]
+        else:
+            raise ValueError(f"--build-arg {key}: no value given and {key} is not set")
+    return out
+
+
 def parse_image_overrides(values: list[str] | None) -> dict[str, str]:
     """`--base-image-override OLD=NEW` values as a mapping. Raises: ValueError."""
     out: dict[str, str] = {}
@@ -76,4 +98,4 @@ def parse_image_overrides(values: list[str] | None) -> dict[str, str]:
 
 
 __all__ = ["BACKENDS", "EnvironmentRequest", "ExecResult", "Sandbox", "SandboxBackend",
-           "SandboxSpec", "create_backend", "parse_image_overrides"]
+           "SandboxSpec", "create_backend", "parse_build_args", "parse_image_overrides"]

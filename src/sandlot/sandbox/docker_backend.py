@@ -64,7 +64,8 @@ class DockerBackend:
     def __init__(self, cache_dir: Path, *, force_build: bool = False,
                  base_image_overrides: dict[str, str] | None = None, max_builds: int = 2,
                  engine_url: str | None = None, runtime: str | None = None,
-                 insecure_registries: frozenset[str] = frozenset()) -> None:
+                 insecure_registries: frozenset[str] = frozenset(),
+                 build_args: dict[str, str] | None = None) -> None:
         """Raises: SandboxError when no engine is reachable (naming what was tried)."""
         self.engine: Engine = connect_engine(engine_url)
         self.insecure_registries = insecure_registries
@@ -72,7 +73,7 @@ class DockerBackend:
         self.overrides = dict(base_image_overrides or {})
         self.builder = ImageBuilder(self.engine, self.owner, cache_dir,
                                     overrides=self.overrides, force_build=force_build,
-                                    max_builds=max_builds)
+                                    max_builds=max_builds, build_args=build_args)
         self.runtime = runtime or os.environ.get("SANDLOT_CONTAINER_RUNTIME") or None
         self._slots = asyncio.Semaphore(ENGINE_SLOTS)
         _remove_own_at_exit(self.engine, self.owner)
@@ -95,7 +96,7 @@ class DockerBackend:
                 setup.image = await self.builder.image(
                     BuildSpec(env_dir, "Dockerfile", "main"), request.digest, timeout,
                     request.log_dir / "build.log")
-                dockerfile_env = _dockerfile_env(env_dir / "Dockerfile")
+                dockerfile_env = _dockerfile_env(env_dir / "Dockerfile", self.builder.build_args)
                 setup.base_image = base
             else:
                 setup.image = await self.builder.pull_if_missing(DEFAULT_IMAGE, timeout)
@@ -191,9 +192,9 @@ def _final_base(path: Path, overrides: dict[str, str]) -> str | None:
         return None
 
 
-def _dockerfile_env(path: Path) -> dict[str, str]:
+def _dockerfile_env(path: Path, build_args: dict[str, str] | None = None) -> dict[str, str]:
     try:
-        return dict(parse_dockerfile(path.read_text(encoding="utf-8")).env)
+        return dict(parse_dockerfile(path.read_text(encoding="utf-8"), build_args).env)
     except (OSError, UnicodeDecodeError):
         return {}
 

@@ -26,6 +26,7 @@ import secrets
 import tarfile
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,8 +44,10 @@ _STEP = re.compile(r"^(?:\[(\d+)/\d+\]\s+)?(?:STEP|Step)\s+(\d+)/\d+\s*:", re.MU
 _FROM = re.compile(r"^(\s*FROM\s+)((?:--\S+\s+)*)(\S+)(.*)$", re.IGNORECASE)
 
 
-def image_key(digest: str, service: str, dockerfile: str, overrides: dict[str, str]) -> str:
-    text = json.dumps([BUILD_VERSION, digest, service, dockerfile, sorted(overrides.items())])
+def image_key(digest: str, service: str, dockerfile: str, overrides: dict[str, str],
+              build_args: dict[str, str] | None = None) -> str:
+    text = json.dumps([BUILD_VERSION, digest, service, dockerfile, sorted(overrides.items()),
+                       sorted((build_args or {}).items())])
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
@@ -195,11 +198,13 @@ class ImageBuilder:
 
     def __init__(self, engine: Engine, owner: str, cache_dir: Path, *,
                  overrides: dict[str, str] | None = None, force_build: bool = False,
-                 max_builds: int = 2) -> None:
+                 max_builds: int = 2, build_args: dict[str, str] | None = None) -> None:
         self.engine = engine
         self.owner = owner
         self.lock_dir = cache_dir / "docker-builds"
         self.overrides = dict(overrides or {})
+        #: `--build-arg`s, under a compose service's own build args.
+        self.build_args = dict(build_args or {})
         self.force_build = force_build
         self._slots = asyncio.Semaphore(max_builds)
         self._locks: dict[str, asyncio.Lock] = {}
@@ -223,7 +228,8 @@ class ImageBuilder:
 
         Raises: TrialError BUILD_FAILED / BUILD_TIMEOUT.
         """
-        key = image_key(digest, spec.service, spec.dockerfile, self.overrides)
+        key = image_key(digest, spec.service, spec.dockerfile, self.overrides,
+                        {**self.build_args, **dict(spec.args)})
         tag = self.tag(key)
         fresh = key in self._built or not self.force_build
         if fresh and await self._exists(tag):
@@ -268,7 +274,8 @@ class ImageBuilder:
             "t": tag, "dockerfile": name, "rm": "1", "forcerm": "1",
             "labels": json.dumps({OWNER_LABEL: self.owner, ROLE_LABEL: "image",
                                   KEY_LABEL: key}),
-            "buildargs": json.dumps({**dict(spec.args), "no_proxy": mark.split("=", 1)[1]}),
+            "buildargs": json.dumps({**self.build_args, **dict(spec.args),
+                                     "no_proxy": mark.split("=", 1)[1]}),
         }
         if self.force_build:
             params["nocache"] = "1"
@@ -340,6 +347,15 @@ class ImageBuilder:
                     if isinstance(item, dict) and item.get("error"):
                         raise RuntimeError(str(item["error"]))
 
+        await self._pull(ref, timeout_sec, pull,
+                         f"cannot pull {ref} over plain HTTP: {{exc}}; if the base image "
+                         "cannot be pulled here, build or load it locally and pass "
+                         "--base-image-override OLD=NEW")
+
+    async def _pull(self, ref: str, timeout_sec: float, pull: Callable[[], object],
+                    failure: str) -> None:
+        """Run `pull` in the engine's thread within the build slots and the timeout;
+        `failure` ({exc}: the engine's words) is the build_failed message."""
         try:
             async with asyncio.timeout(timeout_sec), self._slots:
                 await self.engine.call(pull)
@@ -347,30 +363,26 @@ class ImageBuilder:
             raise TrialError(ErrorKind.BUILD_TIMEOUT, f"pulling {ref} took longer than "
                              f"{timeout_sec:g}s", "setup") from None
         except Exception as exc:
-            raise TrialError(ErrorKind.BUILD_FAILED,
-                             f"cannot pull {ref} over plain HTTP: {exc}; if the base image "
-                             "cannot be pulled here, build or load it locally and pass "
-                             "--base-image-override OLD=NEW", "setup") from exc
+            raise TrialError(ErrorKind.BUILD_FAILED, failure.replace("{exc}", str(exc)),
+                             "setup") from exc
 
-    async def image_workdir(self, ref: str) -> str | None:
-        """The WORKDIR an image's config sets, if any."""
+    async def _inspect(self, ref: str) -> dict[str, Any]:
+        """The engine's inspection of an image; empty when it has none of that name."""
         from docker.errors import ImageNotFound, NotFound
 
         try:
-            info = await self.engine.call(self.engine.api.inspect_image, ref)
+            return dict(await self.engine.call(self.engine.api.inspect_image, ref))
         except (ImageNotFound, NotFound):
-            return None
-        workdir = (info.get("Config") or {}).get("WorkingDir")
+            return {}
+
+    async def image_workdir(self, ref: str) -> str | None:
+        """The WORKDIR an image's config sets, if any."""
+        workdir = ((await self._inspect(ref)).get("Config") or {}).get("WorkingDir")
         return workdir if isinstance(workdir, str) and workdir.startswith("/") else None
 
     async def repo_digest(self, ref: str) -> str | None:
         """The manifest digest the engine pulled `ref` at (its RepoDigests), if known."""
-        from docker.errors import ImageNotFound, NotFound
-
-        try:
-            info = await self.engine.call(self.engine.api.inspect_image, ref)
-        except (ImageNotFound, NotFound):
-            return None
+        info = await self._inspect(ref)
         digests = [str(d).split("@", 1) for d in info.get("RepoDigests") or [] if "@" in str(d)]
         try:
             repository = parse_image_ref(ref).repository
@@ -387,15 +399,7 @@ class ImageBuilder:
         ref = override_image(ref, self.overrides)
         if await self._exists(ref):
             return ref
-        try:
-            async with asyncio.timeout(timeout_sec), self._slots:
-                await self.engine.call(self.engine.client.images.pull, ref)
-        except TimeoutError:
-            raise TrialError(ErrorKind.BUILD_TIMEOUT, f"pulling {ref} took longer than "
-                             f"{timeout_sec:g}s", "setup") from None
-        except Exception as exc:
-            raise TrialError(ErrorKind.BUILD_FAILED,
-                             f"image {ref} is not here and cannot be pulled ({exc}); load it "
-                             "or pass --base-image-override "
-                             f"{ref}=<a local image>", "setup") from exc
+        await self._pull(ref, timeout_sec, lambda: self.engine.client.images.pull(ref),
+                         f"image {ref} is not here and cannot be pulled ({{exc}}); load it "
+                         f"or pass --base-image-override {ref}=<a local image>")
         return ref

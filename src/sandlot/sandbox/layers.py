@@ -42,6 +42,9 @@ def layer_key(digest: str, plan: DockerfilePlan, base: str) -> str:
     """The cached build of environment/ (`digest`) on `base`: the manifest digest of the
     image it was replayed on, or "host" / "host-fallback" for the host's root."""
     h = hashlib.sha256(f"{REPLAY_VERSION}\0{digest}\0{plan.base_image}\0{base}".encode())
+    # The steps as parsed: another --build-arg makes other commands and environments.
+    h.update(json.dumps([[s.argv, sorted(s.env.items())] for s in plan.steps
+                         if isinstance(s, RunStep)]).encode())
     return h.hexdigest()[:24]
 
 
@@ -56,7 +59,7 @@ def step_key(parent: str, step: Step, env_dir: Path) -> str:
                              step.user, step.network, step.stdin]).encode())
     else:
         h.update(json.dumps(["COPY", step.sources, step.dest, step.workdir, step.extract,
-                             step.chown, step.chmod]).encode())
+                             step.chown, step.chmod, step.inline]).encode())
         for source in copy_sources(env_dir, step):
             _hash_path(h, source, env_dir)
     return h.hexdigest()[:32]
@@ -99,8 +102,18 @@ def _copy_into(root_of: Callable[[str], Path], env_dir: Path, step: CopyStep) ->
     """Docker's COPY rules: a folder's contents, files into a folder or onto a path."""
     sources = copy_sources(env_dir, step)
     env_root = env_dir.resolve()
-    into_dir = step.dest.endswith("/") or len(sources) > 1
+    into_dir = step.dest.endswith("/") or len(sources) + len(step.inline) > 1
     written: list[str] = []
+    for name, content in step.inline:  # heredoc files: `COPY <<EOF /etc/x`
+        dest_rel = step.dest.rstrip("/") + "/" + name if (
+            into_dir or root_of(step.dest).is_dir()) else step.dest
+        target = root_of(dest_rel)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if target.is_symlink():
+            target.unlink()
+        target.write_text(content)
+        target.chmod(0o644)
+        written.append(dest_rel)
     for src in sources:
         if not src.resolve().is_relative_to(env_root):
             raise TrialError(ErrorKind.BUILD_FAILED,

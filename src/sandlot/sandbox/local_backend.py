@@ -70,6 +70,7 @@ class LocalBackend:
     def __init__(self, cache_dir: Path, *, image_policy: ImagePolicy = "auto",
                  images: ImageStore | None = None,
                  base_image_overrides: dict[str, str] | None = None,
+                 build_args: dict[str, str] | None = None,
                  notify: Callable[[str], None] | None = None) -> None:
         self.cache_dir = cache_dir
         self.scratch_root = cache_dir / "scratch"
@@ -77,6 +78,8 @@ class LocalBackend:
         self.images = images or ImageStore(cache_dir / IMAGES_FOLDER)
         self.image_policy = image_policy
         self.overrides = dict(base_image_overrides or {})
+        #: `--build-arg`s: they override the Dockerfile's ARG defaults.
+        self.build_args = dict(build_args or {})
         #: Where the one line about an image that could not be had goes (once per image).
         self.notify = notify
         #: One pull per image per job, failures included: a registry out of reach is
@@ -88,7 +91,7 @@ class LocalBackend:
     async def create(self, request: EnvironmentRequest) -> Sandbox:
         spec = request.spec
         dockerfile = request.environment_dir / "Dockerfile"
-        plan = (parse_dockerfile(dockerfile.read_text())
+        plan = (parse_dockerfile(dockerfile.read_text(), self.build_args)
                 if dockerfile.is_file() and request.image is None else None)
         root = await self._root(request.image or (plan.base_image if plan is not None
                                                   else None))

@@ -42,6 +42,8 @@ class CopyStep:
     chmod: str | None = None
     #: The Dockerfile line the COPY/ADD starts on (keyword-only: it follows defaulted fields).
     line: int = field(kw_only=True)
+    #: Files written from heredocs (`COPY <<EOF /etc/x`): (name, content), in order.
+    inline: tuple[tuple[str, str], ...] = field(default=(), kw_only=True)
 
 
 @dataclass(frozen=True)
@@ -221,6 +223,24 @@ def _run_command(rest: str, heredocs: tuple[str, ...],
     return [*shell, script], None
 
 
+#: A COPY/ADD source that is a heredoc: `<<EOF`, `<<-EOF`, `<<"EOF"`.
+_INLINE = re.compile(r"""^<<(?P<dash>-?)(?P<q>['"]?)(?P<word>[A-Za-z_][\w.-]*)(?P=q)$""")
+
+
+def _inline_files(args: str, bodies: tuple[str, ...],
+                  scope: dict[str, str]) -> tuple[tuple[str, str], ...]:
+    """The heredoc sources of a COPY/ADD (its arguments as written) as (name, content):
+    BuildKit's `COPY <<EOF dest`. An unquoted terminator's body has its variables
+    expanded; a quoted one's is kept as is."""
+    files: list[tuple[str, str]] = []
+    for m, body in zip(_HEREDOC.finditer(args), bodies, strict=False):
+        if m.group("dash"):
+            body = "\n".join(line.lstrip("\t") for line in body.split("\n"))
+        files.append((m.group("word"), (expand(body, scope) if not m.group("q") else body)
+                      + "\n"))
+    return tuple(files)
+
+
 def _split_flags(args: str) -> tuple[dict[str, str], str]:
     flags: dict[str, str] = {}
     rest = args
@@ -286,7 +306,10 @@ def _exec_form(args: str) -> list[str] | None:
     return None
 
 
-def parse_dockerfile(text: str) -> DockerfilePlan:
+def parse_dockerfile(text: str, build_args: dict[str, str] | None = None) -> DockerfilePlan:
+    """The steps and settings of a Dockerfile; `build_args` (`--build-arg`) override the
+    defaults of the ARGs it declares, as in `docker build`."""
+    given = build_args or {}
     plan = DockerfilePlan()
     env: dict[str, str] = {}
     #: ARGs declared before the first FROM: usable in FROM only, unless redeclared after it
@@ -308,7 +331,7 @@ def parse_dockerfile(text: str) -> DockerfilePlan:
         def refuse(msg: str, line: int = line) -> None:
             plan.issues.append(DockerfileIssue(line, f"{msg}; {USE_CONTAINER}"))
 
-        if _heredocs(content) and instr != "RUN":
+        if _heredocs(content) and instr not in _HEREDOC_INSTRUCTIONS:
             refuse(f"{instr} with a heredoc is not supported by the local sandbox")
             continue
         if instr == "FROM":
@@ -321,11 +344,12 @@ def parse_dockerfile(text: str) -> DockerfilePlan:
             name, eq, default = rest.partition("=")
             name = name.strip()
             if n_from == 0:
-                meta_args[name] = expand(default.strip().strip('"'), meta_args) if eq else ""
+                meta_args[name] = given.get(name, expand(default.strip().strip('"'),
+                                                         meta_args) if eq else "")
             elif eq:
-                args[name] = expand(default.strip().strip('"'), scope)
+                args[name] = given.get(name, expand(default.strip().strip('"'), scope))
             else:
-                args[name] = args.get(name, meta_args.get(name, ""))
+                args[name] = given.get(name, args.get(name, meta_args.get(name, "")))
         elif instr == "ENV":
             try:
                 env.update(_parse_kv(rest, scope))
@@ -344,15 +368,17 @@ def parse_dockerfile(text: str) -> DockerfilePlan:
                 refuse(f"{instr} flag --{sorted(unknown)[0]} is not supported")
                 continue
             try:
-                parts = [expand(p, scope) for p in _copy_args(rest2)]
+                words = _copy_args(rest2)
             except _Malformed as exc:
                 plan.issues.append(DockerfileIssue(line, f"malformed {instr}: {exc}"))
                 continue
-            if len(parts) < 2:
+            if len(words) < 2:
                 plan.issues.append(
                     DockerfileIssue(line, f"{instr} needs a source and a destination"))
                 continue
-            sources, dest = parts[:-1], parts[-1]
+            inline = _inline_files(rest2, logical.heredocs, scope)
+            sources = [expand(w, scope) for w in words[:-1] if not _INLINE.match(w)]
+            dest = expand(words[-1], scope)
             if instr == "ADD" and any(re.match(r"^[a-z]+://", s) for s in sources):
                 refuse("ADD from a URL is not supported (download it in a RUN step instead)")
                 continue
@@ -362,7 +388,7 @@ def parse_dockerfile(text: str) -> DockerfilePlan:
                 dest_abs += "/"
             plan.steps.append(CopyStep(sources, dest_abs, workdir, extract,
                                        flags.get("chown") or None, flags.get("chmod") or None,
-                                       line=line))
+                                       line=line, inline=inline))
         elif instr == "RUN":
             flags, rest2 = _split_flags(rest)
             network, refused = _run_flags(flags)

@@ -112,7 +112,8 @@ def hash_tree(root: Path) -> str:
     return h.hexdigest()
 
 
-def load_task(path: Path, *, need_solution: bool = True, sandbox: str = "local") -> Task:
+def load_task(path: Path, *, need_solution: bool = True, sandbox: str = "local",
+              build_args: dict[str, str] | None = None) -> Task:
     """Load a task that `check_task` found valid; raises TaskLoadError otherwise."""
     from sandlot.tasks.check import check_task
 
@@ -125,7 +126,7 @@ def load_task(path: Path, *, need_solution: bool = True, sandbox: str = "local")
         tomllib.loads((path / "task.toml").read_text(encoding="utf-8"))))
     dockerfile_path = path / "environment" / "Dockerfile"
     # A prebuilt image (docker_image) is run as it is: its Dockerfile is not built.
-    plan = (parse_dockerfile(dockerfile_path.read_text(encoding="utf-8"))
+    plan = (parse_dockerfile(dockerfile_path.read_text(encoding="utf-8"), build_args)
             if dockerfile_path.exists() and not config.environment.docker_image else None)
     return Task(
         name=task_name(path),
@@ -138,10 +139,12 @@ def load_task(path: Path, *, need_solution: bool = True, sandbox: str = "local")
 
 
 def load_task_or_invalid(path: Path, *, need_solution: bool = True,
-                         sandbox: str = "local") -> Task:
+                         sandbox: str = "local",
+                         build_args: dict[str, str] | None = None) -> Task:
     """The task, or a stand-in that carries its problems (see `Task.problems`)."""
     try:
-        return load_task(path, need_solution=need_solution, sandbox=sandbox)
+        return load_task(path, need_solution=need_solution, sandbox=sandbox,
+                         build_args=build_args)
     except TaskLoadError as exc:
         problems = tuple(str(p) for p in exc.problems)
     try:
