@@ -82,3 +82,20 @@ def parse_image_ref(text: str) -> ImageRef:
     if tag is None and digest is None:
         tag = "latest"
     return ImageRef(registry=registry, repository=rest, tag=tag, digest=digest)
+
+
+def _same_image(a: str, b: str) -> bool:
+    """`debian:12`, `docker.io/library/debian:12` and `library/debian:12` are one image."""
+    def norm(ref: str) -> str:
+        for prefix in ("docker.io/library/", "docker.io/", "library/", "index.docker.io/"):
+            ref = ref.removeprefix(prefix)
+        return ref if ":" in ref.rsplit("/", 1)[-1] or "@" in ref else ref + ":latest"
+    return norm(a) == norm(b)
+
+
+def override_image(ref: str, overrides: dict[str, str]) -> str:
+    """`--base-image-override`: the NEW image for a reference that names an OLD one."""
+    for old, new in overrides.items():
+        if _same_image(ref, old):
+            return new
+    return ref

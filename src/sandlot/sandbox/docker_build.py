@@ -33,7 +33,7 @@ from typing import Any
 
 from sandlot.errors import ErrorKind, TrialError
 from sandlot.fsutil import write_atomic
-from sandlot.images.reference import ImageReferenceError, parse_image_ref
+from sandlot.images.reference import ImageReferenceError, override_image, parse_image_ref
 from sandlot.sandbox.docker_engine import KEY_LABEL, OWNER_LABEL, ROLE_LABEL, Engine, kill_marked
 
 #: Bump when what goes into an image changes, so old cached images are not reused.
@@ -49,22 +49,6 @@ def image_key(digest: str, service: str, dockerfile: str, overrides: dict[str, s
     text = json.dumps([BUILD_VERSION, digest, service, dockerfile, sorted(overrides.items()),
                        sorted((build_args or {}).items())])
     return hashlib.sha256(text.encode()).hexdigest()[:24]
-
-
-def _same_image(a: str, b: str) -> bool:
-    """`debian:12`, `docker.io/library/debian:12` and `library/debian:12` are one image."""
-    def norm(ref: str) -> str:
-        for prefix in ("docker.io/library/", "docker.io/", "library/", "index.docker.io/"):
-            ref = ref.removeprefix(prefix)
-        return ref if ":" in ref.rsplit("/", 1)[-1] or "@" in ref else ref + ":latest"
-    return norm(a) == norm(b)
-
-
-def override_image(ref: str, overrides: dict[str, str]) -> str:
-    for old, new in overrides.items():
-        if _same_image(ref, old):
-            return new
-    return ref
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from sandlot.fsutil import write_atomic
 from sandlot.hostguard import remove_tree
 from sandlot.images import ImagePullError, ImageReferenceError, ImageStore, PulledImage
 from sandlot.images.config import ImageConfig
-from sandlot.images.reference import parse_image_ref
+from sandlot.images.reference import override_image, parse_image_ref
 from sandlot.images.store import IMAGES_FOLDER
 from sandlot.sandbox.base import EnvironmentInfo, EnvironmentRequest, Sandbox, SandboxSpec
 from sandlot.sandbox.cgroups import sweep_stale
@@ -137,7 +137,7 @@ class LocalBackend:
         """The task's root, decided once per image for the whole job."""
         if named is None or named == "scratch":
             return Root(EnvironmentInfo(base="host"))
-        reference = self.overrides.get(named, named)
+        reference = override_image(named, self.overrides)
         if self.image_policy == "host":
             return Root(EnvironmentInfo(base="host", image=reference))
         if reference not in self._roots:
@@ -172,8 +172,7 @@ class LocalBackend:
         links: dict[str, str] = {}
         if not any(os.path.lexists(f"{d}/python") for d in ("/usr/local/bin", "/usr/bin")):
             links["/usr/local/bin/python"] = "/usr/bin/python3"
-        return Root(EnvironmentInfo(base="host-fallback", image=reference, reason=reason,
-                                    python=self._python_version()),
+        return Root(replace(info, python=self._python_version()),
                     removed_paths=removed, added_links=links)
 
     def _python_version(self) -> str | None:
