@@ -118,8 +118,9 @@ def test_trial_page_lists_file_changes_from_tool_calls(viewer, tab, artifacts):
     page = tab.page
     page.goto(f"{viewer}#/job/solver/trial/semver-compare__1")
     page.click(".tabs button[data-tab=changes]")
-    page.wait_for_selector(".panel code")
-    # The workspace diff the trial recorded, then the files the tool calls changed.
+    # The workspace diff the trial recorded, then the files the tool calls changed (which
+    # the page fills in when the trajectory has loaded: wait for them, not the first code).
+    page.wait_for_selector(".panel code:has-text('/app/semver.py')")
     codes = page.locator(".panel code").all_inner_texts()
     assert any("/app/semver.py" in c for c in codes), codes
     shot(tab, artifacts, "06-trial-changes")

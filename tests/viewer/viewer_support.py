@@ -107,8 +107,35 @@ def build_example_jobs(base: Path, cache_dir: Path) -> Path:
     for name, proc in procs.items():
         out, _ = proc.communicate(timeout=600)
         assert proc.returncode == 0, f"job {name}: {out}"
+    surprises = [_trial_story(trial) for name, passing in expected_passing().items()
+                 for trial in sorted((jobs / name).glob("*__*"))
+                 if _passed(trial) != (trial.name.split("__")[0] in passing)]
+    assert not surprises, "trials that did not end as their script intends:\n" + "\n".join(
+        surprises)
     done.write_text("ok\n")
     return jobs
+
+
+def expected_passing() -> dict[str, set[str]]:
+    """Each example job's name -> the tasks its scripted model solves."""
+    return {name: set(TASKS) if solved == "all" else set() if solved == "none" else set(solved)
+            for name, (solved, _) in EXAMPLE_JOBS.items()}
+
+
+def _passed(trial: Path) -> bool:
+    result = trial / "result.json"
+    return result.is_file() and bool(json.loads(result.read_text()).get("passed"))
+
+
+def _trial_story(trial: Path) -> str:
+    """What a failure message needs to explain a trial: its result and the ends of its logs."""
+    parts = [f"--- {trial.parent.name}/{trial.name}"]
+    for name in ("result.json", "trial.log", "verifier/test_stdout.txt",
+                 "verifier/test_stderr.txt", "agent/builtin_trajectory.jsonl"):
+        path = trial / name
+        if path.is_file():
+            parts.append(f"{name}: {path.read_text(errors='replace')[-1500:]}")
+    return "\n".join(parts)
 
 
 # ---------------------------------------------------------------- synthetic jobs
