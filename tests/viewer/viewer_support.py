@@ -130,7 +130,12 @@ def _passed(trial: Path) -> bool:
 def _trial_story(trial: Path) -> str:
     """What a failure message needs to explain a trial: its result and the ends of its logs."""
     parts = [f"--- {trial.parent.name}/{trial.name}"]
-    for name in ("result.json", "trial.log", "verifier/test_stdout.txt",
+    result = trial / "result.json"
+    if result.is_file():
+        data = json.loads(result.read_text())
+        parts.append("result: " + json.dumps({k: data.get(k) for k in (
+            "reward", "rewards", "passed", "error", "integrity", "verifier_exit_code")}))
+    for name in ("trial.log", "verifier/test_stdout.txt",
                  "verifier/test_stderr.txt", "agent/builtin_trajectory.jsonl"):
         path = trial / name
         if path.is_file():
