@@ -240,8 +240,10 @@ class _Trial:
         if isinstance(self.sandbox, DescribesEnvironment):
             info = self.sandbox.environment
             self.result.environment = info.as_dict()
-            if info.workdir and not task.declared_workdir:  # the prebuilt image's WORKDIR
-                self.task = replace(task, image_workdir=info.workdir)
+            if info.workdir and not task.declared_workdir:  # the image's own WORKDIR
+                self.task = replace(self.task, image_workdir=info.workdir)
+            if info.user:  # the image's USER, its base image's included
+                self.task = replace(self.task, image_user=info.user)
             self.clock.log(f"root: {info.base}" + (f" ({info.image})" if info.image else "")
                            + (f": {info.reason}" if info.reason else ""))
         return self.sandbox

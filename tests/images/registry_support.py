@@ -158,19 +158,42 @@ def busybox_applets(root: Path) -> None:
     (root / "tmp").chmod(0o1777)
 
 
-def host_bash(root: Path) -> None:
-    """The host's bash and the libraries it loads (Harbor runs `bash /tests/test.sh`)."""
-    bash = Path(shutil.which("bash") or "/bin/bash").resolve()
-    needed = subprocess.run(["ldd", str(bash)], capture_output=True, text=True, check=True,
-                            timeout=30).stdout
-    files = [bash] + [Path(word) for line in needed.splitlines() for word in line.split()
-                      if word.startswith("/")]
+def host_program(root: Path, name: str) -> Path:
+    """The host's program `name` and the libraries it loads, at their host paths; returns
+    the program's path."""
+    program = Path(shutil.which(name) or f"/bin/{name}").resolve()
+    needed = subprocess.run(["ldd", str(program)], capture_output=True, text=True,
+                            check=True, timeout=30).stdout
+    files = [program] + [Path(word) for line in needed.splitlines() for word in line.split()
+                         if word.startswith("/")]
     for path in files:
         target = root / str(path).lstrip("/")
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(path.resolve(), target)
+    return program
+
+
+def host_bash(root: Path) -> None:
+    """The host's bash and the libraries it loads (Harbor runs `bash /tests/test.sh`)."""
+    bash = host_program(root, "bash")
     if not os.path.lexists(root / "bin" / "bash"):
         (root / "bin" / "bash").symlink_to(str(bash))
+
+
+def runner_user(root: Path) -> None:
+    """A user `runner` (uid 1000) with a home and a work folder it owns, and util-linux's
+    setpriv (what the local sandbox runs a command as a user with)."""
+    setpriv = host_program(root, "setpriv")
+    if os.path.islink(root / "bin" / "setpriv"):  # busybox's applet: not util-linux's
+        (root / "bin" / "setpriv").unlink()
+        (root / "bin" / "setpriv").symlink_to(str(setpriv))
+    (root / "etc" / "passwd").write_text("root:x:0:0:root:/root:/bin/sh\n"
+                                         "runner:x:1000:1000::/home/runner:/bin/sh\n")
+    (root / "etc" / "group").write_text("root:x:0:\nrunner:x:1000:\n")
+    work = root / "home" / "runner" / "work"
+    work.mkdir(parents=True)
+    for folder in (work, work.parent):
+        os.chown(folder, 1000, 1000)
 
 
 #: The Debian release of the "real" test image: another Python than the host's (Debian 12

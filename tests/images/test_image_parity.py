@@ -21,6 +21,7 @@ from registry_support import (
     push_image,
     push_layout,
     registry_for_local_sandbox,
+    runner_user,
 )
 
 from conftest import kept_downloads_dir
@@ -123,6 +124,45 @@ def test_a_prebuilt_image_runs_as_it_is_in_its_own_workdir_on_both_backends(
                                               / "test_stderr.txt").read_text())
             assert result["environment"] == {"base": "image", "image": reference,
                                              "digest": digest, "workdir": "/srv/work"}
+    finally:
+        with contextlib.suppress(Exception):
+            engine.api.remove_image(reference, force=True)
+
+
+def test_the_base_images_user_and_workdir_hold_where_the_dockerfile_sets_none(
+        registry, make_task, run_cli, tmp_path):
+    """FROM an image with USER runner and WORKDIR /home/runner/work, a Dockerfile without
+    either: its RUN steps, the agent and the verifier run as runner in that folder, on
+    both backends, as Docker would run them."""
+    engine = engine_or_skip()
+    digest = push_image(registry, tmp_path / "build", "test/runner:1",
+                        [busybox_applets, host_bash, runner_user],
+                        config=["--config.user", "runner",
+                                "--config.workingdir", "/home/runner/work"])
+    reference = f"{registry.address}/test/runner:1"
+    task = make_task(
+        "runner",
+        dockerfile=f"FROM {reference}\nRUN id -un > built-as.txt && pwd >> built-as.txt\n",
+        solve_sh="{ id -un; pwd; } > by-agent.txt\n",
+        test_sh="""\
+        { cat built-as.txt by-agent.txt; id -un; pwd; } > /logs/verifier/got.txt
+        echo 1 > /logs/verifier/reward.txt
+        """)
+    try:
+        for sandbox in ("local", "docker"):
+            jobs = tmp_path / f"jobs-{sandbox}"
+            proc = run_cli("run", str(task.parent), "-a", "oracle", "--sandbox", sandbox,
+                           "--jobs-dir", str(jobs), "--job-name", sandbox,
+                           "--image-policy", "strict", timeout=600)
+            assert proc.returncode == 0, proc.stdout + proc.stderr
+            trial = jobs / sandbox / "runner__1"
+            result = json.loads((trial / "result.json").read_text())
+            assert result["reward"] == 1.0, (sandbox, result["error"])
+            got = (trial / "verifier" / "logs" / "got.txt").read_text().split()
+            assert got == ["runner", "/home/runner/work"] * 3, sandbox  # build, agent, verifier
+            assert result["environment"] == {"base": "image", "image": reference,
+                                             "digest": digest, "workdir": "/home/runner/work",
+                                             "user": "runner"}, sandbox
     finally:
         with contextlib.suppress(Exception):
             engine.api.remove_image(reference, force=True)

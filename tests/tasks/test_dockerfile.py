@@ -6,6 +6,7 @@ import posixpath
 
 import pytest
 
+from sandlot.images.config import ImageConfig
 from sandlot.tasks.dockerfile import CopyStep, RunStep, expand, parse_dockerfile
 
 
@@ -377,3 +378,23 @@ def test_a_copy_heredoc_writes_its_body_as_a_file() -> None:
     assert one.inline == (("EOF", "hello world\n"),)
     assert two.sources == ["data.txt"] and two.dest == "/etc/many/" and two.chmod == "600"
     assert two.inline == (("A", "literal $NAME\n"), ("B", "b\n"))
+
+
+def test_steps_start_as_the_base_image_does_until_the_dockerfile_says_otherwise() -> None:
+    """Parsed with the FROM image's config: its WORKDIR, USER and ENV hold for the steps,
+    as in `docker build`; a later WORKDIR is relative to it and `USER root` takes root back."""
+    base = ImageConfig(env={"PATH": "/opt/tool/bin:/usr/bin", "APP_HOME": "/srv"},
+                       workdir="/home/runner/work", user="runner")
+    plan = parse_dockerfile("FROM example/base:1\nRUN id\nENV PATH=/x:$PATH\n"
+                            "WORKDIR sub\nRUN pwd\nUSER root\nRUN whoami\n", base=base)
+    first, second, third = plan.steps
+    assert isinstance(first, RunStep) and isinstance(second, RunStep)
+    assert isinstance(third, RunStep)
+    assert (first.workdir, first.user) == ("/home/runner/work", "runner")
+    assert (second.workdir, second.user) == ("/home/runner/work/sub", "runner")
+    assert second.env["PATH"] == "/x:/opt/tool/bin:/usr/bin"
+    assert third.user is None and plan.user is None
+    assert plan.workdir == "/home/runner/work/sub"
+    untouched = parse_dockerfile("FROM example/base:1\nRUN true\n", base=base)
+    assert (untouched.user, untouched.workdir) == ("runner", None)  # the image decides
+    assert parse_dockerfile("FROM example/base:1\n").user is None  # config not known yet

@@ -40,3 +40,11 @@ def _strings(value: object) -> list[str]:
     if not isinstance(value, list):
         return []
     return [item for item in value if isinstance(item, str)]
+
+
+def non_root(user: str | None) -> str | None:
+    """`user[:group]`, or None for plain root (`root`, `0`, empty): who a process runs as,
+    in the form sandlot passes on (None: root)."""
+    if user is None or not user.strip():
+        return None
+    return None if user.split(":")[0] in {"root", "0"} and ":" not in user else user

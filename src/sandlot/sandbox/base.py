@@ -103,6 +103,9 @@ class EnvironmentInfo:
     python: str | None = None
     #: The working folder the image set, when the task left it to the image.
     workdir: str | None = None
+    #: The user the image runs as (`user[:group]`, its base image's USER included), when
+    #: not root: the agent and the verifier run as it unless task.toml names another.
+    user: str | None = None
 
     def as_dict(self) -> dict[str, str]:
         return {k: v for k, v in self.__dict__.items() if v is not None}

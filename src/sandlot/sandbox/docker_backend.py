@@ -19,6 +19,7 @@ from typing import Any
 
 from typing_extensions import override
 
+from sandlot.images.config import non_root
 from sandlot.images.reference import ImageReferenceError, parse_image_ref
 from sandlot.sandbox.base import EnvironmentInfo, EnvironmentRequest, Sandbox
 from sandlot.sandbox.docker import ContainerSetup, DockerSandbox
@@ -34,6 +35,7 @@ from sandlot.sandbox.docker_engine import (
 )
 from sandlot.sandbox.files import needs_environment_upload, upload_environment
 from sandlot.tasks.dockerfile import parse_dockerfile
+from sandlot.tasks.loader import DEFAULT_WORKDIR
 
 #: The image of a task without environment/Dockerfile (subject to --base-image-override).
 DEFAULT_IMAGE = "debian:bookworm-slim"
@@ -162,15 +164,17 @@ class DockerBackend:
         setup = await self._images(request)
         digest = (await self.builder.repo_digest(setup.base_image)
                   if setup.base_image else None)
+        config = await self.builder.image_config(setup.image)
         spec, workdir = request.spec, None
-        if not spec.workdir:  # a prebuilt image's own WORKDIR ("/" without one)
-            workdir = await self.builder.image_workdir(setup.image) or "/"
+        if not spec.workdir:  # the image's own WORKDIR (a prebuilt one's "/" without one)
+            workdir = config.workdir or ("/" if request.image is not None else DEFAULT_WORKDIR)
             spec = replace(spec, workdir=workdir)
         async with self._slots:
             sandbox = DockerSandbox(spec, self.engine, setup)
             await sandbox.start()
         sandbox.environment = EnvironmentInfo(base="image", image=setup.base_image,
-                                              digest=digest, workdir=workdir)
+                                              digest=digest, workdir=workdir,
+                                              user=non_root(config.user))
         if needs_environment_upload(request.environment_dir, request.image):
             try:
                 await upload_environment(sandbox, request.environment_dir, spec.workdir)

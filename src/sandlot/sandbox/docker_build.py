@@ -33,6 +33,7 @@ from typing import Any
 
 from sandlot.errors import ErrorKind, TrialError
 from sandlot.fsutil import write_atomic
+from sandlot.images.config import ImageConfig
 from sandlot.images.reference import ImageReferenceError, override_image, parse_image_ref
 from sandlot.sandbox.docker_engine import KEY_LABEL, OWNER_LABEL, ROLE_LABEL, Engine, kill_marked
 
@@ -359,10 +360,10 @@ class ImageBuilder:
         except (ImageNotFound, NotFound):
             return {}
 
-    async def image_workdir(self, ref: str) -> str | None:
-        """The WORKDIR an image's config sets, if any."""
-        workdir = ((await self._inspect(ref)).get("Config") or {}).get("WorkingDir")
-        return workdir if isinstance(workdir, str) and workdir.startswith("/") else None
+    async def image_config(self, ref: str) -> ImageConfig:
+        """What an image's config says its containers start with (WORKDIR, USER, ...)."""
+        config = (await self._inspect(ref)).get("Config")
+        return ImageConfig.from_oci(config if isinstance(config, dict) else {})
 
     async def repo_digest(self, ref: str) -> str | None:
         """The manifest digest the engine pulled `ref` at (its RepoDigests), if known."""

@@ -178,6 +178,8 @@ ROOT_USERS = frozenset({"0", "root", "0:0", "root:root", "0:root", "root:0"})
 #: -u` does: uid, gid and HOME from the sandbox's /etc/passwd (a uid without an entry gets
 #: its own number as gid and / as HOME), the supplementary groups of a named user, and no
 #: capabilities (setpriv drops them with the uid). 126 and a message for an unknown name.
+#: setpriv is found by path: a busybox shell runs its own, lesser setpriv applet for the
+#: bare name even where util-linux's is installed.
 _AS_USER = r"""
 u=${0%%:*}; g=; case $0 in *:*) g=${0#*:};; esac
 entry=$(awk -F: -v u="$u" '$1 == u { print $1 ":" $3 ":" $4 ":" $6; exit }' /etc/passwd)
@@ -200,10 +202,13 @@ if [ -n "$g" ]; then
     esac
 fi
 [ -n "${HOME+set}" ] || export HOME="$home"
-case $(setpriv --version 2>/dev/null) in *util-linux*) ;; *)
-    echo "sandlot: cannot run as '$0': the image has no setpriv of util-linux" >&2; exit 126;;
-esac
-exec setpriv --reuid="$uid" --regid="$gid" $groups -- "$@"
+setpriv=
+for d in /usr/bin /bin /usr/sbin /sbin /usr/local/bin /usr/local/sbin; do
+    case $("$d/setpriv" --version 2>/dev/null) in *util-linux*) setpriv=$d/setpriv; break;; esac
+done
+[ -n "$setpriv" ] || {
+    echo "sandlot: cannot run as '$0': the image has no setpriv of util-linux" >&2; exit 126; }
+exec "$setpriv" --reuid="$uid" --regid="$gid" $groups -- "$@"
 """
 
 

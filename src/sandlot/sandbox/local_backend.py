@@ -19,7 +19,7 @@ from sandlot.errors import ErrorKind, SandboxError, TrialError
 from sandlot.fsutil import write_atomic
 from sandlot.hostguard import remove_tree
 from sandlot.images import ImagePullError, ImageReferenceError, ImageStore, PulledImage
-from sandlot.images.config import ImageConfig
+from sandlot.images.config import ImageConfig, non_root
 from sandlot.images.reference import override_image, parse_image_ref
 from sandlot.images.store import IMAGES_FOLDER
 from sandlot.sandbox.base import EnvironmentInfo, EnvironmentRequest, Sandbox, SandboxSpec
@@ -95,11 +95,17 @@ class LocalBackend:
                 if dockerfile.is_file() and request.image is None else None)
         root = await self._root(request.image or (plan.base_image if plan is not None
                                                   else None))
-        if not spec.workdir:  # a prebuilt image's own WORKDIR ("/" without one, as Docker)
-            workdir = ((root.config.workdir or "/") if root.config is not None
-                       else DEFAULT_WORKDIR)
+        if plan is not None and root.config is not None:  # its steps start as the image does
+            plan = parse_dockerfile(dockerfile.read_text(), self.build_args, root.config)
+        if not spec.workdir:  # the image's own WORKDIR (a prebuilt one's "/" without one)
+            workdir = DEFAULT_WORKDIR if root.config is None else (
+                root.config.workdir or ("/" if plan is None else DEFAULT_WORKDIR))
             spec = replace(spec, workdir=workdir)
             root = replace(root, info=replace(root.info, workdir=workdir))
+        user = plan.user if plan is not None else (
+            non_root(root.config.user) if root.config is not None else None)
+        if user is not None:
+            root = replace(root, info=replace(root.info, user=user))
         image: dict[str, object] = {"removed_paths": root.removed_paths,
                                     "added_links": root.added_links}
         if root.image is not None and root.config is not None:

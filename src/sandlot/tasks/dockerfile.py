@@ -14,6 +14,7 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Literal
 
+from sandlot.images.config import ImageConfig, non_root
 from sandlot.tasks.config import USER_SPEC
 
 #: CMD too: Harbor replaces it (`sh -c "sleep infinity"`), so it never runs.
@@ -69,7 +70,8 @@ class DockerfilePlan:
     steps: list[Step] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     workdir: str | None = None
-    #: The last USER (None: root): the image's default user for every phase.
+    #: The USER in effect at the end (None: root), the base image's when parsed with its
+    #: config and no USER follows: the image's default user for every phase.
     user: str | None = None
     #: The last ENTRYPOINT (None: none, or `ENTRYPOINT []`). The exec form gets the idle
     #: command as its arguments, as Harbor's `sh -c "sleep infinity"` CMD; the shell form
@@ -306,19 +308,24 @@ def _exec_form(args: str) -> list[str] | None:
     return None
 
 
-def parse_dockerfile(text: str, build_args: dict[str, str] | None = None) -> DockerfilePlan:
+def parse_dockerfile(text: str, build_args: dict[str, str] | None = None,
+                     base: ImageConfig | None = None) -> DockerfilePlan:
     """The steps and settings of a Dockerfile; `build_args` (`--build-arg`) override the
-    defaults of the ARGs it declares, as in `docker build`."""
+    defaults of the ARGs it declares, as in `docker build`. `base` is the config of the
+    image it starts FROM, once pulled: its steps start in that image's WORKDIR, as its
+    USER, and `$VAR`s expand against its ENV, as in Docker (without it, a Debian image's
+    usual PATH and HOME stand in)."""
     given = build_args or {}
     plan = DockerfilePlan()
+    image_env = {**IMAGE_ENV, **base.env} if base is not None else IMAGE_ENV
     env: dict[str, str] = {}
     #: ARGs declared before the first FROM: usable in FROM only, unless redeclared after it
     #: (`ARG NAME` without a value then takes the pre-FROM default), as in Docker.
     meta_args: dict[str, str] = {}
     args: dict[str, str] = {}
-    workdir = "/"
+    workdir = base.workdir if base is not None and base.workdir else "/"
     saw_workdir = False
-    user: str | None = None
+    user = non_root(base.user) if base is not None else None
     n_from = 0
     shell = ["/bin/sh", "-c"]
     for logical in _logical_lines(text):
@@ -326,7 +333,7 @@ def parse_dockerfile(text: str, build_args: dict[str, str] | None = None) -> Doc
         instr, _, rest = content.partition(" ")
         instr = instr.upper()
         rest = rest.strip()
-        scope = {**IMAGE_ENV, **args, **env}
+        scope = {**image_env, **args, **env}
 
         def refuse(msg: str, line: int = line) -> None:
             plan.issues.append(DockerfileIssue(line, f"{msg}; {USE_CONTAINER}"))
@@ -415,8 +422,7 @@ def parse_dockerfile(text: str, build_args: dict[str, str] | None = None) -> Doc
                 plan.issues.append(DockerfileIssue(line, f"USER {named!r} is not a user name "
                                                    "or uid (optionally :group)"))
                 continue
-            user = None if named.split(":")[0] in {"root", "0"} and ":" not in named \
-                else named
+            user = non_root(named)
         elif instr == "ENTRYPOINT":
             argv = _exec_form(rest) if rest.startswith("[") else None
             if rest.replace(" ", "") == "[]":
@@ -438,3 +444,4 @@ def parse_dockerfile(text: str, build_args: dict[str, str] | None = None) -> Doc
     plan.workdir = workdir if saw_workdir else None
     plan.user = user
     return plan
+

@@ -30,9 +30,12 @@ class Task:
     #: An invalid task still gets its trials, which end as `task_invalid` without starting
     #: a sandbox, so one bad task never stops the others.
     problems: tuple[str, ...] = ()
-    #: The working folder its prebuilt image (docker_image) sets, once a sandbox of it
-    #: has started (see `workdir`).
+    #: The working folder its image sets (a prebuilt docker_image's, or the FROM image's
+    #: when the Dockerfile sets none), once a sandbox of it has started (see `workdir`).
     image_workdir: str | None = None
+    #: The user its image runs as (the FROM image's USER when the Dockerfile sets none),
+    #: once a sandbox of it has started; None for root or not known.
+    image_user: str | None = None
 
     @property
     def prebuilt_image(self) -> str | None:
@@ -63,27 +66,33 @@ class Task:
 
     @property
     def declared_workdir(self) -> str | None:
-        """The working folder the task's own files name; None for a prebuilt image that
-        decides it (its WORKDIR, known once a sandbox of it starts)."""
+        """The working folder the task's own files name; None when its image decides it
+        (a prebuilt image's WORKDIR, or the FROM image's when the Dockerfile sets none:
+        known once a sandbox of it starts)."""
         if self.config.environment.workdir:
             return self.config.environment.workdir
         if self.dockerfile and self.dockerfile.workdir:
             return self.dockerfile.workdir
-        return None if self.prebuilt_image else DEFAULT_WORKDIR
+        if self.prebuilt_image or (self.dockerfile and self.dockerfile.base_image
+                                   and self.dockerfile.base_image != "scratch"):
+            return None
+        return DEFAULT_WORKDIR
 
     @property
     def agent_user(self) -> str | None:
-        """Who the agent runs as: [agent] user, else the Dockerfile's USER, else root."""
+        """Who the agent runs as: [agent] user, else the image's USER, else root."""
         return self.config.agent.user or self._image_user
 
     @property
     def verifier_user(self) -> str | None:
-        """Who test.sh runs as: [verifier] user, else the Dockerfile's USER, else root."""
+        """Who test.sh runs as: [verifier] user, else the image's USER, else root."""
         return self.config.verifier.user or self._image_user
 
     @property
     def _image_user(self) -> str | None:
-        return self.dockerfile.user if self.dockerfile else None
+        """The sandbox's word (the built image's USER, base image's included), else the
+        Dockerfile's own USER."""
+        return self.image_user or (self.dockerfile.user if self.dockerfile else None)
 
     @property
     def env(self) -> dict[str, str]:
