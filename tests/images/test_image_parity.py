@@ -166,3 +166,42 @@ def test_the_base_images_user_and_workdir_hold_where_the_dockerfile_sets_none(
     finally:
         with contextlib.suppress(Exception):
             engine.api.remove_image(reference, force=True)
+
+
+def test_a_multi_stage_build_gives_the_same_files_on_both_backends(
+        registry, make_task, run_cli, tmp_path):
+    engine = engine_or_skip()
+    digest = push_image(registry, tmp_path / "build", "test/stages:1",
+                        [busybox_applets, host_bash])
+    reference = f"{registry.address}/test/stages:1"
+    task = make_task(
+        "stages",
+        dockerfile=(f"FROM {reference} AS build\nWORKDIR /src\nRUN echo built > artifact && "
+                    "mkdir -p out && echo x > out/f && chown 1000:1000 out/f && "
+                    "ln -s ../artifact out/link\n"
+                    f"FROM {reference}\nWORKDIR /app\nCOPY --from=build /src/artifact .\n"
+                    "COPY --from=build /src/out ./out\n"
+                    f"COPY --from={reference} /etc/marker ./marker\n"),
+        test_sh="""\
+        { cat artifact marker out/f; stat -c '%u %a' out/f; readlink out/link; } \\
+            > /logs/verifier/got.txt
+        echo 1 > /logs/verifier/reward.txt
+        """)
+    seen = {}
+    try:
+        for sandbox in ("local", "docker"):
+            jobs = tmp_path / f"jobs-{sandbox}"
+            proc = run_cli("run", str(task.parent), "-a", "oracle", "--sandbox", sandbox,
+                           "--jobs-dir", str(jobs), "--job-name", sandbox,
+                           "--image-policy", "strict", timeout=600)
+            assert proc.returncode == 0, proc.stdout + proc.stderr
+            trial = jobs / sandbox / "stages__1"
+            result = json.loads((trial / "result.json").read_text())
+            assert result["reward"] == 1.0, (sandbox, result["error"])
+            assert result["environment"]["digest"] == digest
+            seen[sandbox] = (trial / "verifier" / "logs" / "got.txt").read_text()
+    finally:
+        with contextlib.suppress(Exception):
+            engine.api.remove_image(reference, force=True)
+    assert seen["local"] == seen["docker"] == (
+        "built\nfrom the test image\nx\n1000 644\n../artifact\n")

@@ -466,3 +466,67 @@ def test_links_in_an_image_never_point_a_write_at_the_host(registry, tmp_path):
     with contextlib.suppress(SandboxError):
         asyncio.run(with_sandbox(backend, request, body))
     assert list(host_etc.iterdir()) == [] and list(host_app.iterdir()) == []
+
+
+def test_a_multi_stage_build_copies_from_its_stages_and_from_an_image(
+        image, bash_image, tmp_path):
+    """COPY --from a stage (by name, and one FROM another stage), and from an image: the
+    files land in the last stage's image with their owners and links; a link in a stage
+    is followed inside that stage's root, a link in the last stage inside its own root;
+    the second build runs nothing."""
+    reference, _ = image
+    bash_ref, _ = bash_image
+    dockerfile = (
+        f"FROM {bash_ref} AS build\nWORKDIR /src\n"
+        "RUN echo built > artifact && mkdir -p out/sub && echo deep > out/sub/f && "
+        "chown 1000:1000 out/sub/f && ln -s ../artifact out/link && "
+        "ln -s /etc/marker from-root && ln -s /etc/passwd host-passwd\n"
+        "FROM build AS more\nRUN echo more > /src/more\n"
+        f"FROM {reference}\nRUN mkdir /app && ln -s /etc /app/etc-link\n"
+        "COPY --from=build /src/artifact /app/\n"
+        "COPY --from=build /src/out /app/out\n"
+        "COPY --from=more /src/more /app/more\n"
+        "COPY --from=0 /src/from-root /app/marker-of-build\n"
+        "COPY --from=build /src/artifact /app/etc-link/\n"
+        f"COPY --from={bash_ref} /bin/bash /opt/bash\n")
+    store = ImageStore(tmp_path / "images")
+
+    async def body(sandbox: Any) -> str:
+        assert sandbox.environment.image == reference
+        return await sh(sandbox, "cat /app/artifact /app/more /app/out/link; "
+                                 "stat -c %u /app/out/sub/f; readlink /app/out/link; "
+                                 "cat /app/marker-of-build /etc/artifact /tmp/entrypoint-ran; "
+                                 "test -x /opt/bash && echo bash")
+
+    want = ("built\nmore\nbuilt\n1000\n../artifact\nfrom the test image\nbuilt\n"
+            "from the image config\nbash\n")
+    request = request_for(tmp_path, dockerfile)
+    backend = LocalBackend(tmp_path / "cache", images=store)
+    assert asyncio.run(with_sandbox(backend, request, body)) == want
+    assert not Path("/etc/artifact").exists()  # the link in the image, not the host's /etc
+    log = tmp_path / "logs-img" / "build.log"
+    assert "stage build:" in log.read_text() and "COPY --from=build" in log.read_text()
+    log.unlink()
+    again = LocalBackend(tmp_path / "cache", images=store)
+    assert asyncio.run(with_sandbox(again, request, body)) == want
+    assert not log.exists()  # every stage from the cache
+
+    # A link a stage holds is followed inside that stage: the host's file never comes.
+    leak = request_for(tmp_path, dockerfile.replace("/src/from-root /app/marker-of-build",
+                                                    "/src/host-passwd /app/passwd"), "leak")
+    with pytest.raises(TrialError) as failed:
+        asyncio.run(with_sandbox(LocalBackend(tmp_path / "cache", images=store), leak, body))
+    assert failed.value.kind == ErrorKind.BUILD_FAILED
+    assert "/src/host-passwd does not exist in build" in failed.value.message
+
+
+def test_a_multi_stage_build_on_the_hosts_root_is_refused_in_one_line(tmp_path):
+    backend = LocalBackend(tmp_path / "cache", image_policy="host",
+                           images=ImageStore(tmp_path / "images"))
+    request = request_for(tmp_path, "FROM debian:12 AS build\nRUN true\nFROM debian:12\n"
+                                    "COPY --from=build /etc/hostname /x\n")
+    with pytest.raises(TrialError) as failed:
+        asyncio.run(with_sandbox(backend, request, sh))
+    assert failed.value.kind == ErrorKind.BUILD_FAILED
+    assert "runs on pulled images only" in failed.value.message
+    assert "--sandbox docker" in failed.value.message

@@ -254,10 +254,21 @@ def test_defaults_when_sections_are_absent() -> None:
 
 
 DOCKERFILE_REFUSALS = {
-    "multi-stage": ("FROM python:3.11 AS build\nRUN true\nFROM debian:bookworm\n", 3),
     "add-url": ("FROM debian:bookworm\nADD https://example.com/data.tgz /opt/\n", 2),
-    "copy-from": ("FROM debian:bookworm\nWORKDIR /app\nCOPY --from=other /a /b\n", 3),
+    "bind-mount": ("FROM debian:bookworm\nWORKDIR /app\nRUN --mount=type=bind,target=/x true\n",
+                   3),
 }
+
+
+def test_a_multi_stage_dockerfile_is_valid_and_its_stages_copies_are_checked(make_task) -> None:
+    """Stages and COPY --from build on the local sandbox; a context COPY in an earlier
+    stage still needs its file in environment/."""
+    text = ("FROM python:3.11 AS build\nCOPY missing.txt /src/\nRUN true\n"
+            "FROM debian:bookworm\nCOPY --from=build /src /app\nCOPY --from=alpine:3 /x /y\n")
+    problems = errors(only(check_task(make_task("stages", dockerfile=text)),
+                           "environment/Dockerfile"))
+    assert [(p.field, p.message) for p in problems] == [
+        ("line 2: COPY missing.txt", "the source does not exist inside environment/")]
 
 
 @pytest.mark.parametrize("case", sorted(DOCKERFILE_REFUSALS))

@@ -7,7 +7,7 @@ import posixpath
 import pytest
 
 from sandlot.images.config import ImageConfig
-from sandlot.tasks.dockerfile import CopyStep, RunStep, expand, parse_dockerfile
+from sandlot.tasks.dockerfile import CopyStep, DockerfilePlan, RunStep, expand, parse_dockerfile
 
 
 def copies(text: str) -> list[CopyStep]:
@@ -202,11 +202,41 @@ def test_copy_expands_variables() -> None:
     assert step.dest == "/srv/"
 
 
-def test_copy_from_another_stage_is_refused() -> None:
-    plan = parse_dockerfile("FROM x\nCOPY --from=builder /out /app\n")
-    assert plan.steps == []
-    [issue] = plan.issues
-    assert issue.line == 2 and "container backend" in issue.message
+def test_stages_copy_from_each_other_by_name_or_number_or_from_an_image() -> None:
+    plan = parse_dockerfile(
+        "ARG GO=1.22\nFROM golang:${GO} AS Build\nENV CGO=0\nWORKDIR /src\nUSER dev\n"
+        "RUN make\nFROM alpine:3 AS unused\nRUN true\nFROM build AS test\nRUN make test\n"
+        "FROM debian:12\nCOPY --from=BUILD /src/app /usr/local/bin/\n"
+        "COPY --from=2 /src/report /r\nCOPY --from=busybox:1 /bin/busybox /bin/\n")
+    assert not plan.issues
+    build, unused, test = plan.stages
+    assert (build.name, build.base_image, unused.name) == ("build", "golang:1.22", "unused")
+    assert (test.base_stage, test.base_image) == (0, None)
+    # A stage FROM a stage goes on from where that one ended.
+    [make_test] = test.steps
+    assert isinstance(make_test, RunStep)
+    assert (make_test.workdir, make_test.user, make_test.env["CGO"]) == ("/src", "dev", "0")
+    sources = [(s.from_stage, s.from_image) for s in copies_of(plan)]
+    assert sources == [(0, None), (2, None), (None, "busybox:1")]
+    assert plan.needed_stages() == [0, 2]  # not the unused one
+    assert plan.images == ["golang:1.22", "debian:12", "busybox:1"]
+    assert plan.is_multi_stage and plan.stage_root_image(test) == "golang:1.22"
+    assert not parse_dockerfile("FROM a AS one\nFROM b\nRUN true\n").is_multi_stage
+
+
+@pytest.mark.parametrize(("text", "needle"), [
+    ("FROM a\nCOPY --from=0 /x /y\n", "names this stage or a later one"),
+    ("FROM a AS one\nFROM b\nCOPY --from=1 /x /y\n", "names this stage or a later one"),
+    ("FROM a\nADD --from=a /x /y\n", "ADD has no --from"),
+    ("RUN true\nFROM a\n", "RUN before the first FROM"),
+    ("FROM a AS\n", "malformed FROM"),
+])
+def test_bad_stage_references_are_issues(text: str, needle: str) -> None:
+    assert any(needle in i.message for i in parse_dockerfile(text).issues)
+
+
+def copies_of(plan: DockerfilePlan) -> list[CopyStep]:
+    return [s for s in plan.steps if isinstance(s, CopyStep)]
 
 
 def test_copy_without_destination_is_an_issue() -> None:
@@ -386,7 +416,8 @@ def test_steps_start_as_the_base_image_does_until_the_dockerfile_says_otherwise(
     base = ImageConfig(env={"PATH": "/opt/tool/bin:/usr/bin", "APP_HOME": "/srv"},
                        workdir="/home/runner/work", user="runner")
     plan = parse_dockerfile("FROM example/base:1\nRUN id\nENV PATH=/x:$PATH\n"
-                            "WORKDIR sub\nRUN pwd\nUSER root\nRUN whoami\n", base=base)
+                            "WORKDIR sub\nRUN pwd\nUSER root\nRUN whoami\n",
+                            bases={"example/base:1": base})
     first, second, third = plan.steps
     assert isinstance(first, RunStep) and isinstance(second, RunStep)
     assert isinstance(third, RunStep)
@@ -395,6 +426,7 @@ def test_steps_start_as_the_base_image_does_until_the_dockerfile_says_otherwise(
     assert second.env["PATH"] == "/x:/opt/tool/bin:/usr/bin"
     assert third.user is None and plan.user is None
     assert plan.workdir == "/home/runner/work/sub"
-    untouched = parse_dockerfile("FROM example/base:1\nRUN true\n", base=base)
+    untouched = parse_dockerfile("FROM example/base:1\nRUN true\n",
+                                 bases={"example/base:1": base})
     assert (untouched.user, untouched.workdir) == ("runner", None)  # the image decides
     assert parse_dockerfile("FROM example/base:1\n").user is None  # config not known yet

@@ -17,7 +17,7 @@ import glob
 import hashlib
 import json
 import os
-import shutil
+import posixpath
 import tarfile
 import time
 from collections.abc import Callable, Coroutine
@@ -27,6 +27,7 @@ from typing import Any
 from sandlot.errors import ErrorKind, TrialError
 from sandlot.hostguard import remove_tree
 from sandlot.sandbox.base import SandboxSpec
+from sandlot.sandbox.tree_copy import RootOf, copy_into_root, folder_inside
 from sandlot.tasks.dockerfile import CopyStep, DockerfilePlan, RunStep, Step
 
 #: Bump when the replay's semantics change, so old cached layers are not reused.
@@ -48,20 +49,22 @@ def layer_key(digest: str, plan: DockerfilePlan, base: str) -> str:
     return h.hexdigest()[:24]
 
 
-def step_key(parent: str, step: Step, env_dir: Path) -> str:
+def step_key(parent: str, step: Step, env_dir: Path, source: str | None = None) -> str:
     """The cached layer of one Dockerfile step on `parent` (the image's manifest digest,
     or the previous step's key): the instruction as parsed (command, environment, folder,
-    user) and, for COPY/ADD, the bytes, modes and names of the files it copies. Tasks
-    whose Dockerfiles share their first steps share those layers."""
+    user) and, for COPY/ADD, the bytes, modes and names of the files it copies, or for
+    `COPY --from` the key of what it copies from (`source`: the stage's last layer, or the
+    image's digest). Tasks whose Dockerfiles share their first steps share those layers."""
     h = hashlib.sha256(f"{STEP_VERSION}\0{parent}\0".encode())
     if isinstance(step, RunStep):
         h.update(json.dumps(["RUN", step.argv, sorted(step.env.items()), step.workdir,
                              step.user, step.network, step.stdin]).encode())
     else:
         h.update(json.dumps(["COPY", step.sources, step.dest, step.workdir, step.extract,
-                             step.chown, step.chmod, step.inline]).encode())
-        for source in copy_sources(env_dir, step):
-            _hash_path(h, source, env_dir)
+                             step.chown, step.chmod, step.inline, source]).encode())
+        if step.from_context:
+            for path in copy_sources(env_dir, step):
+                _hash_path(h, path, env_dir)
     return h.hexdigest()[:32]
 
 
@@ -98,15 +101,61 @@ def copy_sources(env_dir: Path, step: CopyStep) -> list[Path]:
     return sources
 
 
-def _copy_into(root_of: Callable[[str], Path], env_dir: Path, step: CopyStep) -> list[str]:
-    """Docker's COPY rules: a folder's contents, files into a folder or onto a path."""
-    sources = copy_sources(env_dir, step)
+def _context_sources(env_dir: Path, step: CopyStep) -> list[Path]:
+    """A COPY's sources in environment/, links followed; none may lead out of it."""
     env_root = env_dir.resolve()
+    sources = []
+    for src in copy_sources(env_dir, step):
+        if not src.resolve().is_relative_to(env_root):
+            raise TrialError(ErrorKind.BUILD_FAILED,
+                             f"COPY source {src} is outside environment/", "setup")
+        sources.append(src.resolve())
+    return sources
+
+
+def _stage_sources(source_of: RootOf, step: CopyStep, where: str) -> list[Path]:
+    """A `COPY --from`'s sources in the stage or image (`source_of` resolves inside its
+    root), globs expanded and links followed as that root would follow them."""
+    root = source_of("/")
+    sources: list[Path] = []
+    for pattern in step.sources:
+        paths = ["/" + m for m in sorted(glob.glob(pattern.lstrip("/"), root_dir=root))] \
+            if any(ch in pattern for ch in "*?[") else [pattern]
+        if not paths:
+            raise TrialError(ErrorKind.BUILD_FAILED, f"Dockerfile line {step.line}: COPY "
+                             f"--from: nothing in {where} matches {pattern}", "setup")
+        for path in paths:
+            found = _follow_inside(source_of, root, path)
+            if not os.path.lexists(found):
+                raise TrialError(ErrorKind.BUILD_FAILED, f"Dockerfile line {step.line}: "
+                                 f"COPY --from: {path} does not exist in {where}", "setup")
+            sources.append(found)
+    return sources
+
+
+def _follow_inside(source_of: RootOf, root: Path, path: str, max_links: int = 40) -> Path:
+    """`path` inside the root, its last component followed too if it is a link."""
+    found = source_of(path)
+    for _ in range(max_links):
+        if not found.is_symlink():
+            return found
+        inside = "/" + str(found.relative_to(root))
+        found = source_of(posixpath.join(posixpath.dirname(inside), os.readlink(found)))
+    raise TrialError(ErrorKind.BUILD_FAILED, f"COPY --from: too many links at {path}", "setup")
+
+
+def _copy_into(root_of: RootOf, env_dir: Path, step: CopyStep,
+               source_of: RootOf | None = None, where: str = "") -> list[str]:
+    """Docker's COPY rules: a folder's contents, files into a folder or onto a path. The
+    sources are environment/'s, or with `source_of` a stage's or an image's (`where`
+    names it), whose owners are kept as COPY --from keeps them."""
+    sources = (_context_sources(env_dir, step) if source_of is None
+               else _stage_sources(source_of, step, where))
     into_dir = step.dest.endswith("/") or len(sources) + len(step.inline) > 1
     written: list[str] = []
     for name, content in step.inline:  # heredoc files: `COPY <<EOF /etc/x`
         dest_rel = step.dest.rstrip("/") + "/" + name if (
-            into_dir or root_of(step.dest).is_dir()) else step.dest
+            into_dir or folder_inside(root_of, step.dest).is_dir()) else step.dest
         target = root_of(dest_rel)
         target.parent.mkdir(parents=True, exist_ok=True)
         if target.is_symlink():
@@ -115,37 +164,27 @@ def _copy_into(root_of: Callable[[str], Path], env_dir: Path, step: CopyStep) ->
         target.chmod(0o644)
         written.append(dest_rel)
     for src in sources:
-        if not src.resolve().is_relative_to(env_root):
-            raise TrialError(ErrorKind.BUILD_FAILED,
-                             f"COPY source {src} is outside environment/", "setup")
-        if step.extract and tarfile.is_tarfile(src):
-            dest = root_of(step.dest)
+        if step.extract and source_of is None and tarfile.is_tarfile(src):
+            dest = folder_inside(root_of, step.dest)
             dest.mkdir(parents=True, exist_ok=True)
             with tarfile.open(src) as archive:
                 archive.extractall(dest, filter="data")
             written.append(step.dest)
             continue
-        if src.is_dir():
-            dest_rel = step.dest.rstrip("/") or "/"
-            dest = root_of(dest_rel)
-            dest.mkdir(parents=True, exist_ok=True)
-            shutil.copytree(src, dest, symlinks=True, dirs_exist_ok=True)
-            written.append(dest_rel)
-            continue
-        target = root_of(step.dest)
-        dest_rel = step.dest
-        if into_dir or target.is_dir():
+        dest_rel = step.dest.rstrip("/") or "/"
+        if not src.is_dir() and (into_dir or folder_inside(root_of, step.dest).is_dir()):
             dest_rel = step.dest.rstrip("/") + "/" + src.name
-            target = root_of(dest_rel)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(src, target)
+        copy_into_root(src, root_of, dest_rel, keep_owner=source_of is not None)
         written.append(dest_rel)
     return written
 
 
 async def replay_dockerfile(sandbox: Any, plan: DockerfilePlan, env_dir: Path,
-                            timeout_sec: float, log: list[str]) -> None:
-    """Run the plan's steps in a started LocalSandbox. Raises TrialError BUILD_*."""
+                            timeout_sec: float, log: list[str],
+                            source: Any | None = None, where: str = "") -> None:
+    """Run the plan's steps in a started LocalSandbox; a `COPY --from` step copies from
+    `source` (a started LocalSandbox of that stage or image, which `where` names). Raises
+    TrialError BUILD_*."""
     deadline = time.monotonic() + timeout_sec
     for step in plan.steps:
         remaining = deadline - time.monotonic()
@@ -155,8 +194,14 @@ async def replay_dockerfile(sandbox: Any, plan: DockerfilePlan, env_dir: Path,
                              "(build_timeout_sec)", "setup")
         if isinstance(step, CopyStep):
             await sandbox.exec(["mkdir", "-p", step.workdir], timeout_sec=30)
-            written = await asyncio.to_thread(_copy_into, sandbox.host_path, env_dir, step)
-            log.append(f"COPY {' '.join(step.sources)} -> {step.dest}")
+            if not step.from_context and source is None:
+                raise TrialError(ErrorKind.BUILD_FAILED, f"Dockerfile line {step.line}: "
+                                 "COPY --from without its stage", "setup")
+            written = await asyncio.to_thread(
+                _copy_into, sandbox.host_path, env_dir, step,
+                None if step.from_context else source.host_path, where)
+            log.append(f"COPY {'--from=' + where + ' ' if where else ''}"
+                       f"{' '.join(step.sources)} -> {step.dest}")
             if step.chmod:
                 await sandbox.exec(["chmod", "-R", step.chmod, *written], timeout_sec=60)
             if step.chown:

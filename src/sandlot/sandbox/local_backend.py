@@ -9,7 +9,7 @@ import shutil
 import subprocess
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Literal
 
@@ -18,16 +18,17 @@ from typing_extensions import override
 from sandlot.errors import ErrorKind, SandboxError, TrialError
 from sandlot.fsutil import write_atomic
 from sandlot.hostguard import remove_tree
-from sandlot.images import ImagePullError, ImageReferenceError, ImageStore, PulledImage
+from sandlot.images import ImagePullError, ImageReferenceError, ImageStore
 from sandlot.images.config import ImageConfig, non_root
 from sandlot.images.reference import override_image, parse_image_ref
 from sandlot.images.store import IMAGES_FOLDER
 from sandlot.sandbox.base import EnvironmentInfo, EnvironmentRequest, Sandbox, SandboxSpec
 from sandlot.sandbox.cgroups import sweep_stale
 from sandlot.sandbox.files import needs_environment_upload, upload_environment
-from sandlot.sandbox.layers import LayerCache, layer_key, replay_dockerfile, step_key
+from sandlot.sandbox.layers import LayerCache, layer_key
 from sandlot.sandbox.local import LocalSandbox
-from sandlot.tasks.dockerfile import DockerfilePlan, Step, parse_dockerfile
+from sandlot.sandbox.local_build import BuildLog, LocalBuilder, Root
+from sandlot.tasks.dockerfile import DockerfilePlan, parse_dockerfile
 from sandlot.tasks.loader import DEFAULT_WORKDIR
 
 
@@ -49,18 +50,6 @@ ImagePolicy = Literal["auto", "strict", "host"]
 IMAGE_POLICIES: tuple[str, ...] = ("auto", "strict", "host")
 
 
-@dataclass(frozen=True)
-class Root:
-    """What a sandbox of the task is rooted in, and how result.json names it."""
-
-    info: EnvironmentInfo
-    image: PulledImage | None = None
-    config: ImageConfig | None = None
-    #: Host-fallback adaptations (SandboxSpec.removed_paths / added_links).
-    removed_paths: tuple[str, ...] = ()
-    added_links: dict[str, str] = field(default_factory=dict)
-
-
 class LocalBackend:
     """Scratch space and cached layers live under `cache_dir` (masked from every sandbox);
     pulled images under `<cache_dir>/images`, shared with every other job."""
@@ -75,6 +64,7 @@ class LocalBackend:
         self.cache_dir = cache_dir
         self.scratch_root = cache_dir / "scratch"
         self.layers = LayerCache(cache_dir / "layers")
+        self.builder = LocalBuilder(self.layers, self.scratch_root)
         self.images = images or ImageStore(cache_dir / IMAGES_FOLDER)
         self.image_policy = image_policy
         self.overrides = dict(base_image_overrides or {})
@@ -93,10 +83,15 @@ class LocalBackend:
         dockerfile = request.environment_dir / "Dockerfile"
         plan = (parse_dockerfile(dockerfile.read_text(), self.build_args)
                 if dockerfile.is_file() and request.image is None else None)
-        root = await self._root(request.image or (plan.base_image if plan is not None
+        root = await self._root(request.image or (plan.stage_root_image() if plan is not None
                                                   else None))
-        if plan is not None and root.config is not None:  # its steps start as the image does
-            plan = parse_dockerfile(dockerfile.read_text(), self.build_args, root.config)
+        roots: dict[str, Root] = {}
+        if plan is not None:  # every image its stages use, then its steps as they start
+            for ref in plan.images:
+                roots[ref] = await self._root(ref)
+            configs = {ref: r.config for ref, r in roots.items() if r.config is not None}
+            if configs:
+                plan = parse_dockerfile(dockerfile.read_text(), self.build_args, configs)
         if not spec.workdir:  # the image's own WORKDIR (a prebuilt one's "/" without one)
             workdir = DEFAULT_WORKDIR if root.config is None else (
                 root.config.workdir or ("/" if plan is None else DEFAULT_WORKDIR))
@@ -106,29 +101,17 @@ class LocalBackend:
             non_root(root.config.user) if root.config is not None else None)
         if user is not None:
             root = replace(root, info=replace(root.info, user=user))
-        image: dict[str, object] = {"removed_paths": root.removed_paths,
-                                    "added_links": root.added_links}
-        if root.image is not None and root.config is not None:
-            image.update(root_layers=root.image.layers, base_env=root.config.env)
-        layers: tuple[Path, ...] = ()
-        if plan is not None and plan.steps:
-            base_spec = SandboxSpec(**{**spec.__dict__, **image})
-            if root.image is not None:
-                layers = await self._build_steps(base_spec, plan, root.image.digest, request)
-            else:
-                key = layer_key(request.digest, plan, root.info.base)
-
-                async def build(upper: Path) -> None:
-                    await self._build(upper, base_spec, plan, request)
-
-                layers = (await self.layers.get(key, build),)
+        spec = root.under(spec)
+        if plan is not None and plan.is_multi_stage:
+            spec = replace(spec, layers=await self.builder.stages(spec, plan, roots, request))
+        elif plan is not None and plan.steps:
+            spec = replace(spec, layers=await self._build_one_stage(spec, plan, root, request))
         scratch = self.scratch_root / f"{os.getpid()}-{spec.name}-{secrets.token_hex(3)}"
-        image["layers"] = layers
         entrypoint = _entrypoint(plan, root.config)
         if entrypoint is not None:
-            image.update(entrypoint=entrypoint[0], entrypoint_user=entrypoint[1],
-                         entrypoint_takes_args=entrypoint[2])
-        sandbox = LocalSandbox(SandboxSpec(**{**spec.__dict__, **image}), scratch)
+            spec = replace(spec, entrypoint=entrypoint[0], entrypoint_user=entrypoint[1],
+                           entrypoint_takes_args=entrypoint[2])
+        sandbox = LocalSandbox(spec, scratch)
         sandbox.environment = root.info
         try:
             await sandbox.start()
@@ -192,63 +175,27 @@ class LocalBackend:
                 self._host_python = ""
         return self._host_python or None
 
-    async def _build_steps(self, spec: SandboxSpec, plan: DockerfilePlan, image_digest: str,
-                           request: EnvironmentRequest) -> tuple[Path, ...]:
-        """The Dockerfile's steps on the image, one cached layer each (newest first): a
-        step runs only when no trial or job has run it on the same parent before."""
-        deadline = time.monotonic() + request.build_timeout_sec
-        parent, layers, log = image_digest, (), []
-        ran = False
+    async def _build_one_stage(self, spec: SandboxSpec, plan: DockerfilePlan, root: Root,
+                               request: EnvironmentRequest) -> tuple[Path, ...]:
+        """The Dockerfile's steps: on an image one cached layer per step; on the host's
+        root one layer for the whole build (overlay stacks one layer over the host's)."""
+        log = BuildLog()
         try:
-            for number, step in enumerate(plan.steps, start=1):
-                key = await asyncio.to_thread(step_key, parent, step, request.environment_dir)
-                below = layers
+            if root.image is not None:
+                return (await self.builder.steps(
+                    spec, plan.steps, root.image.digest, request, log,
+                    time.monotonic() + request.build_timeout_sec))[0]
 
-                async def build(upper: Path, step: Step = step, below: tuple[Path, ...] = below,
-                                ) -> None:
-                    nonlocal ran
-                    ran = True
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
-                        raise TrialError(ErrorKind.BUILD_TIMEOUT, "the Dockerfile's steps took "
-                                         f"longer than {request.build_timeout_sec:g}s "
-                                         "(build_timeout_sec)", "setup")
-                    await self._build(upper, replace(spec, layers=below),
-                                      DockerfilePlan(steps=[step]), request, log,
-                                      timeout_sec=remaining, write_log=False)
+            async def build(upper: Path) -> None:
+                log.ran = True
+                await self.builder.replay(upper, spec, plan.steps, request, log.lines,
+                                          request.build_timeout_sec)
 
-                before = len(log)
-                layer = await self.layers.get(key, build)
-                if len(log) == before:
-                    log.append(f"step {number}: cached ({key})")
-                layers = (layer, *layers)
-                parent = key
+            key = layer_key(request.digest, plan, root.info.base)
+            return (await self.layers.get(key, build),)
         finally:
-            if ran:
-                write_atomic(request.log_dir / "build.log", "\n".join(log) + "\n")
-        return layers
-
-    async def _build(self, upper: Path, spec: SandboxSpec, plan: DockerfilePlan,
-                     request: EnvironmentRequest, log: list[str] | None = None, *,
-                     timeout_sec: float | None = None, write_log: bool = True) -> None:
-        build_spec = SandboxSpec(name=f"build-{spec.name}", workdir="/",
-                                 masked_paths=spec.masked_paths, pids_max=spec.pids_max,
-                                 allow_private_network=spec.allow_private_network,
-                                 root_layers=spec.root_layers, base_env=spec.base_env,
-                                 layers=spec.layers if spec.root_layers else (),
-                                 removed_paths=spec.removed_paths,
-                                 added_links=spec.added_links)
-        builder = LocalSandbox(build_spec, upper.parent, upper_dir=upper)
-        log = [] if log is None else log
-        try:
-            await builder.start()
-            await replay_dockerfile(builder, plan, request.environment_dir,
-                                    request.build_timeout_sec if timeout_sec is None
-                                    else timeout_sec, log)
-        finally:
-            await asyncio.shield(builder.stop())
-            if write_log:
-                write_atomic(request.log_dir / "build.log", "\n".join(log) + "\n")
+            if log.ran:
+                write_atomic(request.log_dir / "build.log", "\n".join(log.lines) + "\n")
 
     @override
     async def sweep(self) -> int:

@@ -245,8 +245,8 @@ def _check_dockerfile(task: str, env_dir: Path, sandbox: str = "local",
                                 issue.message, "rewrite that instruction"
                                 if "container backend" not in issue.message
                                 else "use a container backend"))
-    for step in plan.steps:
-        if isinstance(step, CopyStep):
+    for step in [step for stage in (*plan.stages, plan) for step in stage.steps]:
+        if isinstance(step, CopyStep) and step.from_context:
             for src in step.sources:
                 where = f"line {step.line}: COPY {src}"
                 if any(ch in src for ch in "*?["):

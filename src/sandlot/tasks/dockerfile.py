@@ -11,6 +11,7 @@ import json
 import posixpath
 import re
 import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -45,6 +46,16 @@ class CopyStep:
     line: int = field(kw_only=True)
     #: Files written from heredocs (`COPY <<EOF /etc/x`): (name, content), in order.
     inline: tuple[tuple[str, str], ...] = field(default=(), kw_only=True)
+    #: `COPY --from=<stage>`: the sources are in that earlier stage (its index in
+    #: DockerfilePlan.stages), not in environment/.
+    from_stage: int | None = field(default=None, kw_only=True)
+    #: `COPY --from=<image>`: the sources are in that image.
+    from_image: str | None = field(default=None, kw_only=True)
+
+    @property
+    def from_context(self) -> bool:
+        """Do the sources come from environment/ (not from a stage or an image)?"""
+        return self.from_stage is None and self.from_image is None
 
 
 @dataclass(frozen=True)
@@ -66,7 +77,14 @@ Step = CopyStep | RunStep
 
 @dataclass
 class DockerfilePlan:
+    """One stage of a Dockerfile: the last one, with the earlier ones in `stages`."""
+
     base_image: str | None = None
+    #: The earlier stage this one starts FROM (its index in the last stage's `stages`),
+    #: instead of an image.
+    base_stage: int | None = None
+    #: `FROM ... AS <name>`.
+    name: str | None = None
     steps: list[Step] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     workdir: str | None = None
@@ -81,6 +99,68 @@ class DockerfilePlan:
     #: `ENTRYPOINT []` came last: the base image's ENTRYPOINT does not run either.
     resets_entrypoint: bool = False
     issues: list[DockerfileIssue] = field(default_factory=list)
+    #: The stages before this one, in order (a multi-stage build; empty for one FROM).
+    stages: list[DockerfilePlan] = field(default_factory=list)
+
+    def stage_root_image(self, stage: DockerfilePlan | None = None) -> str | None:
+        """The image at the bottom of `stage`'s (default: this stage's) FROM chain."""
+        current = self if stage is None else stage
+        seen = 0
+        while current.base_stage is not None and seen <= len(self.stages):
+            current, seen = self.stages[current.base_stage], seen + 1
+        return current.base_image
+
+    def needed_stages(self) -> list[int]:
+        """The earlier stages this one builds on or copies from, each with what it needs
+        in turn, in order: the stages a build of the last stage runs (as BuildKit)."""
+        needed: set[int] = set()
+        todo = [self]
+        while todo:
+            stage = todo.pop()
+            refs = [stage.base_stage] + [s.from_stage for s in stage.steps
+                                         if isinstance(s, CopyStep)]
+            for ref in refs:
+                if ref is not None and ref not in needed:
+                    needed.add(ref)
+                    todo.append(self.stages[ref])
+        return sorted(needed)
+
+    @property
+    def is_multi_stage(self) -> bool:
+        """Does building this stage need another stage, or files of another image?"""
+        return bool(self.needed_stages()) or any(
+            isinstance(s, CopyStep) and s.from_image is not None for s in self.steps)
+
+    @property
+    def images(self) -> list[str]:
+        """Every image the needed stages start FROM or copy from, in order of first use."""
+        out: list[str] = []
+        for stage in [*(self.stages[i] for i in self.needed_stages()), self]:
+            refs = [stage.base_image] + [s.from_image for s in stage.steps
+                                         if isinstance(s, CopyStep)]
+            out += [r for r in refs if r is not None and r not in out]
+        return out
+
+
+@dataclass
+class _StageState:
+    """What holds from one instruction to the next within a stage."""
+
+    plan: DockerfilePlan
+    env: dict[str, str] = field(default_factory=dict)
+    args: dict[str, str] = field(default_factory=dict)
+    workdir: str = "/"
+    saw_workdir: bool = False
+    user: str | None = None
+    shell: list[str] = field(default_factory=lambda: ["/bin/sh", "-c"])
+    #: What `$VAR`s see beneath the stage's own ARG and ENV: its image's ENV.
+    image_env: dict[str, str] = field(default_factory=lambda: dict(IMAGE_ENV))
+
+    def finish(self) -> DockerfilePlan:
+        self.plan.env = self.env
+        self.plan.workdir = self.workdir if self.saw_workdir else None
+        self.plan.user = self.user
+        return self.plan
 
 
 _VAR = re.compile(r"\$(?:\{(?P<braced>[A-Za-z_][A-Za-z0-9_]*)(?P<op>:?[-+])?(?P<word>[^}]*)\}"
@@ -309,44 +389,53 @@ def _exec_form(args: str) -> list[str] | None:
 
 
 def parse_dockerfile(text: str, build_args: dict[str, str] | None = None,
-                     base: ImageConfig | None = None) -> DockerfilePlan:
-    """The steps and settings of a Dockerfile; `build_args` (`--build-arg`) override the
-    defaults of the ARGs it declares, as in `docker build`. `base` is the config of the
-    image it starts FROM, once pulled: its steps start in that image's WORKDIR, as its
-    USER, and `$VAR`s expand against its ENV, as in Docker (without it, a Debian image's
-    usual PATH and HOME stand in)."""
+                     bases: Mapping[str, ImageConfig] | None = None) -> DockerfilePlan:
+    """The stages, steps and settings of a Dockerfile: its last stage, with the earlier
+    ones in `stages`. `build_args` (`--build-arg`) override the defaults of the ARGs it
+    declares, as in `docker build`. `bases` maps the images its stages start FROM (as
+    written, ARGs expanded) to their configs, once pulled: a stage's steps start in that
+    image's WORKDIR, as its USER, and `$VAR`s expand against its ENV, as in Docker
+    (without one, a Debian image's usual PATH and HOME stand in)."""
     given = build_args or {}
-    plan = DockerfilePlan()
-    image_env = {**IMAGE_ENV, **base.env} if base is not None else IMAGE_ENV
-    env: dict[str, str] = {}
+    known = bases or {}
+    issues: list[DockerfileIssue] = []
     #: ARGs declared before the first FROM: usable in FROM only, unless redeclared after it
     #: (`ARG NAME` without a value then takes the pre-FROM default), as in Docker.
     meta_args: dict[str, str] = {}
-    args: dict[str, str] = {}
-    workdir = base.workdir if base is not None and base.workdir else "/"
-    saw_workdir = False
-    user = non_root(base.user) if base is not None else None
+    finished: list[_StageState] = []
+    state = _StageState(DockerfilePlan())
     n_from = 0
-    shell = ["/bin/sh", "-c"]
     for logical in _logical_lines(text):
         line, content = logical.line, logical.content
         instr, _, rest = content.partition(" ")
         instr = instr.upper()
         rest = rest.strip()
-        scope = {**image_env, **args, **env}
+        plan, env, args = state.plan, state.env, state.args
+        scope = {**state.image_env, **args, **env}
 
         def refuse(msg: str, line: int = line) -> None:
-            plan.issues.append(DockerfileIssue(line, f"{msg}; {USE_CONTAINER}"))
+            issues.append(DockerfileIssue(line, f"{msg}; {USE_CONTAINER}"))
 
         if _heredocs(content) and instr not in _HEREDOC_INSTRUCTIONS:
             refuse(f"{instr} with a heredoc is not supported by the local sandbox")
             continue
         if instr == "FROM":
-            n_from += 1
-            if n_from > 1:
-                refuse("multi-stage builds (a second FROM) are not supported")
+            flags, tail = _split_flags(rest)
+            words = tail.split()
+            if set(flags) - {"platform"}:
+                issues.append(DockerfileIssue(line, f"FROM --{sorted(set(flags) - {'platform'})[0]}"
+                                              " is not a FROM flag"))
                 continue
-            plan.base_image = expand(rest.split()[0], meta_args) if rest else None
+            if len(words) not in (1, 3) or (len(words) == 3 and words[1].upper() != "AS"):
+                issues.append(DockerfileIssue(line, "malformed FROM: write FROM image "
+                                              "[AS name]"))
+                continue
+            if n_from:
+                state.finish()
+                finished.append(state)
+            n_from += 1
+            state = _new_stage(expand(words[0], meta_args),
+                               words[2].lower() if len(words) == 3 else None, finished, known)
         elif instr == "ARG":
             name, eq, default = rest.partition("=")
             name = name.strip()
@@ -357,31 +446,39 @@ def parse_dockerfile(text: str, build_args: dict[str, str] | None = None,
                 args[name] = given.get(name, expand(default.strip().strip('"'), scope))
             else:
                 args[name] = given.get(name, args.get(name, meta_args.get(name, "")))
+        elif n_from == 0:
+            issues.append(DockerfileIssue(line, f"{instr} before the first FROM"))
         elif instr == "ENV":
             try:
                 env.update(_parse_kv(rest, scope))
             except _Malformed as exc:
-                plan.issues.append(DockerfileIssue(line, f"malformed ENV: {exc}"))
+                issues.append(DockerfileIssue(line, f"malformed ENV: {exc}"))
         elif instr == "WORKDIR":
-            workdir = _resolve(expand(rest.strip('"'), scope), workdir)
-            saw_workdir = True
+            state.workdir = _resolve(expand(rest.strip('"'), scope), state.workdir)
+            state.saw_workdir = True
         elif instr in {"COPY", "ADD"}:
             flags, rest2 = _split_flags(rest)
-            if "from" in flags:
-                refuse(f"{instr} --from needs another image")
-                continue
-            unknown = set(flags) - {"chown", "chmod", "link"}
+            unknown = set(flags) - {"chown", "chmod", "link", "from"}
             if unknown:
                 refuse(f"{instr} flag --{sorted(unknown)[0]} is not supported")
                 continue
+            from_stage, from_image = None, None
+            if "from" in flags:
+                if instr == "ADD":
+                    issues.append(DockerfileIssue(line, "ADD has no --from (use COPY --from)"))
+                    continue
+                from_stage, from_image = _copy_source(expand(flags["from"], scope), finished)
+                if from_stage == -1:
+                    issues.append(DockerfileIssue(line, f"COPY --from={flags['from']} names "
+                                                  "this stage or a later one"))
+                    continue
             try:
                 words = _copy_args(rest2)
             except _Malformed as exc:
-                plan.issues.append(DockerfileIssue(line, f"malformed {instr}: {exc}"))
+                issues.append(DockerfileIssue(line, f"malformed {instr}: {exc}"))
                 continue
             if len(words) < 2:
-                plan.issues.append(
-                    DockerfileIssue(line, f"{instr} needs a source and a destination"))
+                issues.append(DockerfileIssue(line, f"{instr} needs a source and a destination"))
                 continue
             inline = _inline_files(rest2, logical.heredocs, scope)
             sources = [expand(w, scope) for w in words[:-1] if not _INLINE.match(w)]
@@ -390,12 +487,13 @@ def parse_dockerfile(text: str, build_args: dict[str, str] | None = None,
                 refuse("ADD from a URL is not supported (download it in a RUN step instead)")
                 continue
             extract = instr == "ADD" and all(s.endswith(ARCHIVE_SUFFIXES) for s in sources)
-            dest_abs = _resolve(dest, workdir)
+            dest_abs = _resolve(dest, state.workdir)
             if dest.endswith("/") and not dest_abs.endswith("/"):
                 dest_abs += "/"
-            plan.steps.append(CopyStep(sources, dest_abs, workdir, extract,
+            plan.steps.append(CopyStep(sources, dest_abs, state.workdir, extract,
                                        flags.get("chown") or None, flags.get("chmod") or None,
-                                       line=line, inline=inline))
+                                       line=line, inline=inline, from_stage=from_stage,
+                                       from_image=from_image))
         elif instr == "RUN":
             flags, rest2 = _split_flags(rest)
             network, refused = _run_flags(flags)
@@ -403,26 +501,26 @@ def parse_dockerfile(text: str, build_args: dict[str, str] | None = None,
                 refuse(refused)
                 continue
             try:
-                argv, stdin = _run_command(rest2, logical.heredocs, shell)
+                argv, stdin = _run_command(rest2, logical.heredocs, state.shell)
             except _Malformed as exc:
-                plan.issues.append(DockerfileIssue(line, f"malformed RUN: {exc}"))
+                issues.append(DockerfileIssue(line, f"malformed RUN: {exc}"))
                 continue
-            plan.steps.append(RunStep(argv, {**args, **env}, workdir, line, user,
+            plan.steps.append(RunStep(argv, {**args, **env}, state.workdir, line, state.user,
                                       network=network, stdin=stdin))
         elif instr == "SHELL":
             argv = _exec_form(rest)
             if argv is None:
-                plan.issues.append(DockerfileIssue(line, 'SHELL takes the JSON form, e.g. '
-                                                   'SHELL ["/bin/bash", "-c"]'))
+                issues.append(DockerfileIssue(line, 'SHELL takes the JSON form, e.g. '
+                                              'SHELL ["/bin/bash", "-c"]'))
                 continue
-            shell = argv
+            state.shell = argv
         elif instr == "USER":
             named = expand(rest, scope).strip()
             if not USER_SPEC.fullmatch(named):
-                plan.issues.append(DockerfileIssue(line, f"USER {named!r} is not a user name "
-                                                   "or uid (optionally :group)"))
+                issues.append(DockerfileIssue(line, f"USER {named!r} is not a user name "
+                                              "or uid (optionally :group)"))
                 continue
-            user = non_root(named)
+            state.user = non_root(named)
         elif instr == "ENTRYPOINT":
             argv = _exec_form(rest) if rest.startswith("[") else None
             if rest.replace(" ", "") == "[]":
@@ -431,17 +529,57 @@ def parse_dockerfile(text: str, build_args: dict[str, str] | None = None,
             elif argv is not None:
                 plan.entrypoint, plan.entrypoint_takes_args = argv, True
             elif rest:
-                plan.entrypoint, plan.entrypoint_takes_args = [*shell, rest], False
+                plan.entrypoint, plan.entrypoint_takes_args = [*state.shell, rest], False
         elif instr == "ONBUILD":
             refuse("ONBUILD is not supported")
         elif instr in IGNORED:
             continue
         else:
-            plan.issues.append(DockerfileIssue(line, f"unknown instruction {instr!r}"))
-    if n_from == 0:
-        plan.issues.append(DockerfileIssue(1, "no FROM instruction"))
-    plan.env = env
-    plan.workdir = workdir if saw_workdir else None
-    plan.user = user
-    return plan
+            issues.append(DockerfileIssue(line, f"unknown instruction {instr!r}"))
+    if n_from == 0:  # that one issue says it all
+        issues = [i for i in issues if not i.message.endswith("before the first FROM")]
+        issues.append(DockerfileIssue(1, "no FROM instruction"))
+    last = state.finish()
+    last.stages = [done.plan for done in finished]
+    last.issues = issues
+    return last
+
+
+def _stage_named(finished: list[_StageState], name: str) -> int | None:
+    """The index of the earlier stage called `name` (case-insensitive, as Docker), if any."""
+    for index in range(len(finished) - 1, -1, -1):
+        if finished[index].plan.name == name.lower():
+            return index
+    return None
+
+
+def _new_stage(ref: str, name: str | None, finished: list[_StageState],
+               known: Mapping[str, ImageConfig]) -> _StageState:
+    """A stage FROM an earlier stage (which it goes on from) or FROM an image (which it
+    starts as, when its config is known)."""
+    index = _stage_named(finished, ref)
+    if index is not None:
+        below = finished[index]
+        plan = DockerfilePlan(base_stage=index, name=name, entrypoint=below.plan.entrypoint,
+                              entrypoint_takes_args=below.plan.entrypoint_takes_args)
+        return _StageState(plan, env=dict(below.env), workdir=below.workdir,
+                           saw_workdir=below.saw_workdir, user=below.user,
+                           shell=list(below.shell), image_env=below.image_env)
+    config = known.get(ref)
+    plan = DockerfilePlan(base_image=ref, name=name)
+    if config is None:
+        return _StageState(plan)
+    return _StageState(plan, workdir=config.workdir or "/", user=non_root(config.user),
+                       image_env={**IMAGE_ENV, **config.env})
+
+
+def _copy_source(value: str, finished: list[_StageState]) -> tuple[int | None, str | None]:
+    """Where `COPY --from=<value>` copies from, as (stage, image): an earlier stage by
+    name or number, else an image; stage -1 for a number that is not an earlier stage."""
+    index = _stage_named(finished, value)
+    if index is not None:
+        return index, None
+    if value.isdigit():
+        return (int(value) if int(value) < len(finished) else -1), None
+    return None, value
 

@@ -73,8 +73,8 @@ class Task:
             return self.config.environment.workdir
         if self.dockerfile and self.dockerfile.workdir:
             return self.dockerfile.workdir
-        if self.prebuilt_image or (self.dockerfile and self.dockerfile.base_image
-                                   and self.dockerfile.base_image != "scratch"):
+        if self.prebuilt_image or (self.dockerfile and self.dockerfile.stage_root_image()
+                                   not in (None, "scratch")):
             return None
         return DEFAULT_WORKDIR
 
