@@ -11,6 +11,7 @@ import shutil
 import socket
 import subprocess
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -57,16 +58,43 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def bcrypt_hash(password: str) -> str:
+    """A bcrypt hash as htpasswd -B makes it, by the system's libcrypt (no htpasswd tool
+    needed)."""
+    import ctypes
+    import ctypes.util
+
+    lib = ctypes.CDLL(ctypes.util.find_library("crypt") or "libcrypt.so.1")
+    lib.crypt_gensalt.restype = ctypes.c_char_p
+    lib.crypt_gensalt.argtypes = [ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p,
+                                  ctypes.c_int]
+    lib.crypt.restype = ctypes.c_char_p
+    lib.crypt.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
+    salt = lib.crypt_gensalt(b"$2b$", 10, None, 0)
+    hashed = lib.crypt(password.encode(), salt) if salt else None
+    if not hashed or not hashed.startswith(b"$2b$"):
+        pytest.skip("this system's libcrypt makes no bcrypt hashes")
+    return hashed.decode()
+
+
 @contextmanager
-def running_registry(folder: Path) -> Iterator[Registry]:
-    """A registry of its own on a free loopback port, stopped (only it) afterwards."""
+def running_registry(folder: Path, *, users: dict[str, str] | None = None,
+                     ) -> Iterator[Registry]:
+    """A registry of its own on a free loopback port, stopped (only it) afterwards; with
+    `users` (name -> password), it wants their credentials (HTTP basic, htpasswd)."""
     require_tools()
     storage = folder / "storage"
     storage.mkdir(parents=True)
     port = _free_port()
     config = folder / "config.yml"
+    auth = ""
+    if users:
+        htpasswd = folder / "htpasswd"
+        htpasswd.write_text("".join(f"{name}:{bcrypt_hash(pw)}\n" for name, pw in users.items()))
+        auth = f"auth:\n  htpasswd:\n    realm: sandlot-test\n    path: {htpasswd}\n"
     config.write_text(f"version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n"
-                      f"    rootdirectory: {storage}\nhttp:\n  addr: 127.0.0.1:{port}\n")
+                      f"    rootdirectory: {storage}\nhttp:\n  addr: 127.0.0.1:{port}\n"
+                      + auth)
     log = (folder / "registry.log").open("wb")
     process = subprocess.Popen(["docker-registry", "serve", str(config)], stdout=log,
                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
@@ -75,6 +103,8 @@ def running_registry(folder: Path) -> Iterator[Registry]:
         for _ in range(200):
             try:
                 urllib.request.urlopen(f"http://{registry.address}/v2/", timeout=1).close()
+                break
+            except urllib.error.HTTPError:  # 401: it answers, and wants credentials
                 break
             except OSError:
                 if process.poll() is not None:
@@ -113,7 +143,7 @@ def _run(*argv: str) -> str:
 
 
 def push_image(registry: Registry, workdir: Path, name: str, layers: list[LayerStep], *,
-               config: list[str] = ()) -> str:
+               config: list[str] = (), creds: str | None = None) -> str:
     """Build an image of `layers` (each one umoci layer) and push it as `name`
     (repository:tag) to `registry`; returns its manifest digest."""
     layout = workdir / f"layout-{name.replace('/', '_').replace(':', '_')}"
@@ -127,10 +157,11 @@ def push_image(registry: Registry, workdir: Path, name: str, layers: list[LayerS
         shutil.rmtree(bundle)
     if config:
         _run("umoci", "config", "--image", f"{layout}:img", *config)
-    _run("skopeo", "copy", "--quiet", "--dest-tls-verify=false", f"oci:{layout}:img",
+    login = ["--dest-creds", creds] if creds else []
+    _run("skopeo", "copy", "--quiet", "--dest-tls-verify=false", *login, f"oci:{layout}:img",
          f"docker://{registry.address}/{name}")
-    return _run("skopeo", "inspect", "--tls-verify=false", "--format", "{{.Digest}}",
-                f"docker://{registry.address}/{name}").strip()
+    return _run("skopeo", "inspect", "--tls-verify=false", *(["--creds", creds] if creds else []),
+                "--format", "{{.Digest}}", f"docker://{registry.address}/{name}").strip()
 
 
 def busybox_root(root: Path) -> None:
@@ -260,3 +291,36 @@ def push_layout(registry: Registry, layout: Path, name: str) -> str:
          f"docker://{registry.address}/{name}")
     return _run("skopeo", "inspect", "--tls-verify=false", "--format", "{{.Digest}}",
                 f"docker://{registry.address}/{name}").strip()
+
+
+def push_other_formats(registry: Registry, layout: Path, name: str) -> tuple[str, str]:
+    """Push the layout's `img` twice more, as registries often hold images: in Docker's
+    manifest format (`<name>-docker:1`) and as a multi-platform index whose entries are
+    that image (`<name>-multi:1`). Returns the registry's digests of the two: what an
+    engine's RepoDigests names, unlike the OCI manifest skopeo converts a pull into."""
+    import hashlib
+    import json
+
+    _run("skopeo", "copy", "--quiet", "--dest-tls-verify=false", "--format", "v2s2",
+         f"oci:{layout}:img", f"docker://{registry.address}/{name}-docker:1")
+    index_file = json.loads((layout / "index.json").read_text())
+    image = next(m for m in index_file["manifests"]
+                 if m.get("annotations", {}).get("org.opencontainers.image.ref.name") == "img")
+    machine = {"x86_64": "amd64", "aarch64": "arm64"}.get(os.uname().machine,
+                                                          os.uname().machine)
+    index = json.dumps({
+        "schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json",
+        "manifests": [{"mediaType": image["mediaType"], "digest": image["digest"],
+                       "size": image["size"], "platform": {"architecture": arch, "os": "linux"}}
+                      for arch in sorted({"s390x", machine})]}).encode()
+    index_digest = "sha256:" + hashlib.sha256(index).hexdigest()
+    (layout / "blobs" / "sha256" / index_digest.split(":")[1]).write_bytes(index)
+    index_file["manifests"].append({
+        "mediaType": "application/vnd.oci.image.index.v1+json", "digest": index_digest,
+        "size": len(index), "annotations": {"org.opencontainers.image.ref.name": "multi"}})
+    (layout / "index.json").write_text(json.dumps(index_file))
+    _run("skopeo", "copy", "--quiet", "--all", "--dest-tls-verify=false", f"oci:{layout}:multi",
+         f"docker://{registry.address}/{name}-multi:1")
+    docker_digest = _run("skopeo", "inspect", "--tls-verify=false", "--format", "{{.Digest}}",
+                         f"docker://{registry.address}/{name}-docker:1").strip()
+    return docker_digest, index_digest

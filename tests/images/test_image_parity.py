@@ -20,6 +20,7 @@ from registry_support import (
     other_debian_layout,
     push_image,
     push_layout,
+    push_other_formats,
     registry_for_local_sandbox,
     runner_user,
 )
@@ -205,3 +206,37 @@ def test_a_multi_stage_build_gives_the_same_files_on_both_backends(
             engine.api.remove_image(reference, force=True)
     assert seen["local"] == seen["docker"] == (
         "built\nfrom the test image\nx\n1000 644\n../artifact\n")
+
+
+def test_both_backends_name_an_image_by_the_registrys_digest_whatever_its_format(
+        registry, make_task, run_cli, tmp_path):
+    """A Docker-format image and a multi-platform index: the local sandbox (whose pull
+    converts to OCI, for this platform) and the engine name each by the same digest."""
+    engine = engine_or_skip()
+    digests = []
+    for name in ("docker", "multi"):  # two images: an engine merges equal ones
+        build = tmp_path / f"build-{name}"
+        push_image(registry, build, f"test/{name}:1", [busybox_applets, host_bash])
+        layout = next(build.glob("layout-*"))
+        digests.append(push_other_formats(registry, layout, f"test/{name}"))
+    references = {f"{registry.address}/test/docker-docker:1": digests[0][0],
+                  f"{registry.address}/test/multi-multi:1": digests[1][1]}
+    for number, reference in enumerate(references):
+        make_task(f"format{number}", dockerfile=f"FROM {reference}\nWORKDIR /app\n")
+    tasks = tmp_path / "tasks"
+    try:
+        for sandbox in ("local", "docker"):
+            jobs = tmp_path / f"jobs-{sandbox}"
+            proc = run_cli("run", str(tasks), "-a", "oracle", "--sandbox", sandbox,
+                           "--jobs-dir", str(jobs), "--job-name", sandbox,
+                           "--image-policy", "strict", timeout=600)
+            assert proc.returncode == 0, proc.stdout + proc.stderr
+            for number, (reference, digest) in enumerate(references.items()):
+                result = json.loads((jobs / sandbox / f"format{number}__1" / "result.json")
+                                    .read_text())
+                assert result["reward"] == 1.0, (sandbox, result["error"])
+                assert result["environment"]["digest"] == digest, (sandbox, reference)
+    finally:
+        for reference in references:
+            with contextlib.suppress(Exception):
+                engine.api.remove_image(reference, force=True)

@@ -3,15 +3,25 @@
 from __future__ import annotations
 
 import asyncio
+import base64
+import json
 import os
 import stat
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from registry_support import Registry, busybox_root, push_image, running_registry
+from registry_support import (
+    Registry,
+    busybox_root,
+    push_image,
+    push_other_formats,
+    running_registry,
+)
 
 from sandlot.images import ImagePullError, ImageStore
+from sandlot.sandbox import registry_auth_file
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -170,3 +180,68 @@ def test_over_its_cap_the_cache_evicts_unleased_images_used_longest_ago(registry
     assert all(layer.is_dir() for layer in again.layers)
     job_b.close()
     store.close()
+
+
+def test_an_image_is_named_by_the_digest_its_registry_gives_it(tmp_path):
+    """A Docker-format image (skopeo converts it to OCI) and a multi-platform index (the
+    pull takes this platform's image): the pull names each by the registry's digest, as
+    an engine's RepoDigests does, then and from the cache; a pin on that digest works
+    offline."""
+    with running_registry(tmp_path / "registry") as own:
+        oci_digest = push_image(own, tmp_path / "build", "test/formats:1", [busybox_root])
+        layout = next((tmp_path / "build").glob("layout-*"))
+        docker_digest, index_digest = push_other_formats(own, layout, "test/formats")
+        assert len({oci_digest, docker_digest, index_digest}) == 3
+        store = ImageStore(tmp_path / "images")
+        docker = pull(store, f"{own.address}/test/formats-docker:1")
+        multi = pull(store, f"{own.address}/test/formats-multi:1")
+        assert docker.named_digest == docker_digest and docker.digest != docker_digest
+        assert multi.named_digest == index_digest and multi.digest == oci_digest
+    offline = ImageStore(tmp_path / "images")
+    assert pull(offline, f"{own.address}/test/formats-docker:1").named_digest == docker_digest
+    pinned = pull(offline, f"{own.address}/test/formats-multi@{index_digest}")
+    assert pinned.named_digest == index_digest and pinned.unpacked == ()
+
+
+def test_zstd_compressed_layers_unpack_like_gzip_ones(tmp_path):
+    with running_registry(tmp_path / "registry") as gzip_only:
+        push_image(gzip_only, tmp_path / "build", "test/gzip:1", [busybox_root, drop_gone])
+    layout = next((tmp_path / "build").glob("layout-*"))
+    # A registry without the gzip blobs (one that has them gets those, not zstd ones).
+    with running_registry(tmp_path / "registry-zstd") as own:
+        subprocess.run(["skopeo", "copy", "--quiet", "--dest-tls-verify=false",
+                        "--dest-compress", "--dest-compress-format", "zstd",
+                        f"oci:{layout}:img", f"docker://{own.address}/test/zstd:1"],
+                       check=True, timeout=300, capture_output=True)
+        store = ImageStore(tmp_path / "images")
+        image = pull(store, f"{own.address}/test/zstd:1")
+    manifest = json.loads((store.blobs / "sha256" / image.digest.split(":")[1]).read_text())
+    assert {layer["mediaType"] for layer in manifest["layers"]} == {
+        "application/vnd.oci.image.layer.v1.tar+zstd"}
+    base, top = image.layers
+    assert (base / "etc" / "marker").read_text() == "from the test image\n"
+    assert os.access(base / "bin" / "busybox", os.X_OK)
+    whiteout = os.lstat(top / "old" / "gone.txt")
+    assert stat.S_ISCHR(whiteout.st_mode) and whiteout.st_rdev == os.makedev(0, 0)
+    assert (top / "etc" / "second").read_text() == "second layer\n"
+
+
+def test_a_registry_that_wants_credentials_gets_them_from_the_users_auth_file(
+        tmp_path, monkeypatch):
+    with running_registry(tmp_path / "registry", users={"tester": "s3cret"}) as own:
+        digest = push_image(own, tmp_path / "build", "test/private:1", [busybox_root],
+                            creds="tester:s3cret")
+        reference = f"{own.address}/test/private:1"
+        with pytest.raises(ImagePullError) as refused:
+            pull(ImageStore(tmp_path / "anonymous"), reference)
+        message = str(refused.value)
+        assert "\n" not in message and reference in message and own.address in message
+        assert "s3cret" not in message
+        assert "authentication required" in message
+        # As Docker and Podman keep credentials: REGISTRY_AUTH_FILE names the file.
+        auth = tmp_path / "auth.json"
+        login = base64.b64encode(b"tester:s3cret").decode()
+        auth.write_text(json.dumps({"auths": {own.address: {"auth": login}}}))
+        monkeypatch.setenv("REGISTRY_AUTH_FILE", str(auth))
+        store = ImageStore(tmp_path / "images", auth_file=registry_auth_file())
+        assert pull(store, reference).named_digest == digest

@@ -27,7 +27,7 @@ import re
 import stat
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -52,13 +52,22 @@ class PulledImage:
     """An image in the cache, ready to stack: `layers` oldest first."""
 
     ref: str
-    #: The manifest digest: what result.json names, to compare like with like.
+    #: The digest of the image manifest in the cache (after skopeo's conversion to OCI,
+    #: for this platform): the cache's key for it.
     digest: str
     layers: tuple[Path, ...]
     #: The image config's `config` (Env, WorkingDir, User, Entrypoint, Cmd, ...).
     config: dict[str, Any] = field(default_factory=dict)
     #: Layer digests this pull unpacked (empty when every layer was already cached).
     unpacked: tuple[str, ...] = ()
+    #: The digest the registry names the image by (of a multi-platform image, its index's;
+    #: of a Docker-format one, the Docker manifest's): what an engine's RepoDigests says,
+    #: and what result.json names, to compare like with like. Empty: as `digest`.
+    registry_digest: str = ""
+
+    @property
+    def named_digest(self) -> str:
+        return self.registry_digest or self.digest
 
 
 @dataclass
@@ -111,16 +120,18 @@ class ImageStore:
         async with self._locked():
             # Pinned, or pulled before by this name (as `docker run` takes a local tag):
             # no network needed, and every trial of a job runs on the same digest.
-            known = ref.digest or await asyncio.to_thread(self._known_digest, ref)
+            known = await asyncio.to_thread(self._known_digest, ref) or ref.digest
             if known is not None:
                 cached = await asyncio.to_thread(self._cached, ref, known)
                 if cached is not None:
                     await asyncio.to_thread(self._lease, cached.digest)
                     return cached
-            manifest_digest = await self._fetch(ref)
-            pulled = await asyncio.to_thread(self._assemble, ref, manifest_digest)
-            if ref.digest is None:
-                await asyncio.to_thread(self._remember, ref, manifest_digest)
+            manifest_digest, registry_digest = await self._fetch(ref)
+            pulled = await asyncio.to_thread(self._assemble, ref, manifest_digest,
+                                             registry_digest)
+            # By its name and by the registry's digest: a pin on that digest finds it too.
+            for name in {ref, replace(ref, tag=None, digest=registry_digest)}:
+                await asyncio.to_thread(self._remember, name, manifest_digest)
             await asyncio.to_thread(self._lease, pulled.digest)
             if self.max_bytes is not None:
                 await asyncio.to_thread(self._evict, self.max_bytes)
@@ -216,7 +227,8 @@ class ImageStore:
         return self.root / "refs" / f"{hashlib.sha256(str(ref).encode()).hexdigest()}.json"
 
     def _known_digest(self, ref: ImageRef) -> str | None:
-        """The manifest digest `ref` (a name and tag) had when it was last pulled."""
+        """The manifest digest (in the cache) `ref` (a name and tag, or a digest the
+        registry names) had when it was last pulled."""
         try:
             record = json.loads(self._ref_record(ref).read_text())
             digest = str(record["digest"])
@@ -248,53 +260,78 @@ class ImageStore:
                                 .read_text())
             digests = [str(d) for d in record["layers"]]
             config = dict(record.get("config") or {})
+            registry_digest = str(record.get("registry_digest") or "")
         except (OSError, ValueError, KeyError, TypeError):
             return None
         layers = tuple(self.layer_dir(d) for d in digests)
         if not all(layer.is_dir() for layer in layers):
             return None
-        return PulledImage(ref=str(ref), digest=manifest_digest, layers=layers, config=config)
+        return PulledImage(ref=str(ref), digest=manifest_digest, layers=layers, config=config,
+                           registry_digest=registry_digest)
 
-    async def _fetch(self, ref: ImageRef) -> str:
+    async def _fetch(self, ref: ImageRef) -> tuple[str, str]:
         """skopeo copies the image into a throw-away layout whose blobs go to the shared
-        folder (only the missing ones are downloaded); returns the manifest digest."""
+        folder (only the missing ones are downloaded). Returns the manifest digest in the
+        cache and the digest the registry names the image by: the copy is pinned to it, so
+        a tag that moves meanwhile cannot mix the two."""
+        registry_digest = ref.digest or await self._registry_digest(ref)
+        pinned = replace(ref, tag=None, digest=registry_digest)
         layout = self.root / "tmp" / f"pull-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-        argv = [self.skopeo, "copy", "--quiet", "--dest-shared-blob-dir", str(self.blobs)]
-        if self.auth_file is not None:
-            argv += ["--src-authfile", str(self.auth_file)]
-        if ref.on_loopback or (ref.registry or "") in self.insecure_registries:
-            argv.append("--src-tls-verify=false")
-        argv += [f"docker://{ref}", f"oci:{layout}:image"]
         try:
-            proc = await asyncio.create_subprocess_exec(
-                *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE)
-        except FileNotFoundError as exc:
-            raise ImagePullError(f"cannot pull {ref}: skopeo is not installed "
-                                 "(apt-get install skopeo)") from exc
-        try:
-            try:
-                _, err = await asyncio.wait_for(proc.communicate(), PULL_TIMEOUT_SEC)
-            except TimeoutError as exc:
-                proc.kill()
-                await proc.wait()
-                raise ImagePullError(f"cannot pull {ref}: no answer from "
-                                     f"{_registry_name(ref)} within {PULL_TIMEOUT_SEC:g}s") from exc
-            if proc.returncode != 0:
-                raise ImagePullError(f"cannot pull {ref} from {_registry_name(ref)}: "
-                                     f"{_last_line(err.decode(errors='replace'))}")
+            await self._skopeo(ref, ["copy", "--quiet", "--dest-shared-blob-dir",
+                                     str(self.blobs), *self._source_flags(ref, "--src-"),
+                                     f"docker://{pinned}", f"oci:{layout}:image"])
             index = json.loads((layout / "index.json").read_text())
-            return str(index["manifests"][0]["digest"])
+            return str(index["manifests"][0]["digest"]), registry_digest
         except (OSError, ValueError, KeyError, IndexError) as exc:
             raise ImagePullError(f"cannot pull {ref}: skopeo left no image ({exc})") from exc
         finally:
             remove_tree(layout, ignore_errors=True)
 
+    async def _registry_digest(self, ref: ImageRef) -> str:
+        """The digest of the manifest the registry serves for `ref`'s tag (an index, for
+        a multi-platform image), as an engine's RepoDigests records it."""
+        raw = await self._skopeo(ref, ["inspect", "--raw", *self._source_flags(ref, "--"),
+                                       f"docker://{ref}"])
+        if not raw.strip():
+            raise ImagePullError(f"cannot pull {ref}: {_registry_name(ref)} sent no manifest")
+        return "sha256:" + hashlib.sha256(raw).hexdigest()
+
+    def _source_flags(self, ref: ImageRef, prefix: str) -> list[str]:
+        """skopeo's auth and TLS flags for `ref`'s registry (`--src-` for copy)."""
+        flags = [f"{prefix}authfile", str(self.auth_file)] if self.auth_file else []
+        if ref.on_loopback or (ref.registry or "") in self.insecure_registries:
+            flags.append(f"{prefix}tls-verify=false")
+        return flags
+
+    async def _skopeo(self, ref: ImageRef, args: list[str]) -> bytes:
+        """Run skopeo; its output. Raises ImagePullError in one line naming image and
+        registry (skopeo missing, no answer in time, or skopeo's own last line)."""
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                self.skopeo, *args, stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        except FileNotFoundError as exc:
+            raise ImagePullError(f"cannot pull {ref}: skopeo is not installed "
+                                 "(apt-get install skopeo)") from exc
+        try:
+            out, err = await asyncio.wait_for(proc.communicate(), PULL_TIMEOUT_SEC)
+        except TimeoutError as exc:
+            proc.kill()
+            await proc.wait()
+            raise ImagePullError(f"cannot pull {ref}: no answer from "
+                                 f"{_registry_name(ref)} within {PULL_TIMEOUT_SEC:g}s") from exc
+        if proc.returncode != 0:
+            raise ImagePullError(f"cannot pull {ref} from {_registry_name(ref)}: "
+                                 f"{_last_line(err.decode(errors='replace'))}")
+        return out
+
     def _blob(self, digest: str) -> Path:
         algorithm, _, hexdigest = digest.partition(":")
         return self.blobs / algorithm / hexdigest
 
-    def _assemble(self, ref: ImageRef, manifest_digest: str) -> PulledImage:
+    def _assemble(self, ref: ImageRef, manifest_digest: str,
+                  registry_digest: str) -> PulledImage:
         record_path = self.root / "pulled" / f"{_hex(manifest_digest)}.json"
         try:
             manifest = json.loads(self._blob(manifest_digest).read_bytes())
@@ -309,11 +346,13 @@ class ImageStore:
         unpacked = [d for d in digests if self._unpack(ref, d)]
         pulled = PulledImage(ref=str(ref), digest=manifest_digest,
                              layers=tuple(self.layer_dir(d) for d in digests),
-                             config=dict(config.get("config") or {}), unpacked=tuple(unpacked))
+                             config=dict(config.get("config") or {}), unpacked=tuple(unpacked),
+                             registry_digest=registry_digest)
         # The config's and (for an index) the platform manifest's blobs, for eviction.
         blobs = [str(manifest["config"]["digest"])]
         write_json(record_path, {"ref": pulled.ref, "digest": pulled.digest,
-                                 "layers": digests, "blobs": blobs, "config": pulled.config})
+                                 "registry_digest": registry_digest, "layers": digests,
+                                 "blobs": blobs, "config": pulled.config})
         return pulled
 
     def _unpack(self, ref: ImageRef, digest: str) -> bool:

@@ -1,4 +1,5 @@
-"""One image layer (a tar, maybe gzipped) unpacked into a folder that overlayfs can stack.
+"""One image layer (a tar, maybe gzip- or zstd-compressed) unpacked into a folder that
+overlayfs can stack.
 
 OCI whiteouts become overlayfs's own: `.wh.NAME` a 0:0 character device at NAME, and
 `.wh..wh..opq` the `trusted.overlay.opaque` attribute on its folder. A layer is untrusted
@@ -9,16 +10,22 @@ layer made, a hard link out) fails the unpack, and device nodes are left out (an
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 import tarfile
+from collections.abc import Iterator
 from pathlib import Path
+
+import zstandard
 
 from sandlot.hostguard import remove_tree
 
 WHITEOUT_PREFIX = ".wh."
 OPAQUE_MARKER = ".wh..wh..opq"
 _OPAQUE_XATTR = "trusted.overlay.opaque"
+#: How a zstd frame starts (an OCI `tar+zstd` layer).
+_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 
 
 class LayerUnpackError(Exception):
@@ -44,7 +51,7 @@ def _target(root: str, name: str) -> str:
 
 
 def unpack_layer(blob: Path, dest: Path) -> None:
-    """Unpack the layer tar at `blob` (plain, gzip, bzip2 or xz) into `dest` (which must
+    """Unpack the layer tar at `blob` (plain, gzip, zstd, bzip2 or xz) into `dest` (which must
     not exist yet), as root, owners kept by number.
 
     Raises: LayerUnpackError for an unsafe member or a tar that cannot be read.
@@ -52,11 +59,26 @@ def unpack_layer(blob: Path, dest: Path) -> None:
     dest.mkdir(parents=True)
     root = os.path.realpath(dest)
     try:
-        with tarfile.open(blob, mode="r:*") as tar:
+        with _open_layer(blob) as tar:
             for member in tar:
                 _unpack_member(tar, member, root)
-    except (tarfile.TarError, EOFError, OSError) as exc:
+    except (tarfile.TarError, EOFError, OSError, zstandard.ZstdError) as exc:
         raise LayerUnpackError(f"cannot read layer {blob.name}: {exc}") from exc
+
+
+@contextlib.contextmanager
+def _open_layer(blob: Path) -> Iterator[tarfile.TarFile]:
+    """The layer's tar: read as a stream through zstd when it is zstd-compressed (which
+    tarfile cannot open by itself), else by tarfile (which knows the others)."""
+    with open(blob, "rb") as fh:
+        if fh.read(4) == _ZSTD_MAGIC:
+            fh.seek(0)
+            with zstandard.ZstdDecompressor().stream_reader(fh) as stream, \
+                    tarfile.open(fileobj=stream, mode="r|") as tar:
+                yield tar
+            return
+    with tarfile.open(blob, mode="r:*") as tar:
+        yield tar
 
 
 def _unpack_member(tar: tarfile.TarFile, member: tarfile.TarInfo, root: str) -> None:

@@ -374,10 +374,31 @@ class ImageBuilder:
         except ImageReferenceError:
             repository = ""
         # `python` is `docker.io/library/python` to Podman: match on the repository's end.
-        for name, digest in digests:
-            if repository and name.endswith(repository):
-                return digest
-        return digests[0][1] if digests else None
+        candidates = ([d for name, d in digests if repository and name.endswith(repository)]
+                      or [d for _, d in digests])
+        if len(candidates) > 1 and self.engine.is_podman:
+            # Podman lists a multi-platform image's index and its platform manifest, in
+            # no fixed order; the digest it was pulled by (the index's, as Docker keeps
+            # it and as the local sandbox names it) is libpod's own `Digest`.
+            pulled_by = await self._podman_digest(ref)
+            if pulled_by in candidates:
+                return pulled_by
+        return candidates[0] if candidates else None
+
+    async def _podman_digest(self, ref: str) -> str | None:
+        """libpod's `Digest` of an image: the manifest digest it was pulled by."""
+        api = self.engine.api
+
+        def inspect() -> object:
+            response = api._get(api._url("/libpod/images/{0}/json", ref))
+            return api._result(response, json=True)
+
+        try:
+            info = await self.engine.call(inspect)
+        except Exception:  # an older Podman, or the image went: RepoDigests' first then
+            return None
+        digest = info.get("Digest") if isinstance(info, dict) else None
+        return digest if isinstance(digest, str) else None
 
     async def pull_if_missing(self, ref: str, timeout_sec: float) -> str:
         """An image a compose service names (after overrides), pulled if not present."""

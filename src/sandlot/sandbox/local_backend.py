@@ -146,7 +146,7 @@ class LocalBackend:
                 self.notify(f"{reason}; its tasks run on this host's root instead "
                             "(environment.base: host-fallback in result.json)")
             return await asyncio.to_thread(self._fallback, reference, reason)
-        return Root(EnvironmentInfo(base="image", image=reference, digest=pulled.digest),
+        return Root(EnvironmentInfo(base="image", image=reference, digest=pulled.named_digest),
                     image=pulled, config=ImageConfig.from_oci(pulled.config))
 
     def _fallback(self, reference: str, reason: str) -> Root:
