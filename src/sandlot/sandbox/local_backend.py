@@ -81,17 +81,19 @@ class LocalBackend:
     async def create(self, request: EnvironmentRequest) -> Sandbox:
         spec = request.spec
         dockerfile = request.environment_dir / "Dockerfile"
-        plan = (parse_dockerfile(dockerfile.read_text(), self.build_args)
-                if dockerfile.is_file() and request.image is None else None)
+        text = (dockerfile.read_text() if dockerfile.is_file() and request.image is None
+                else None)
+        plan = parse_dockerfile(text, self.build_args) if text is not None else None
         root = await self._root(request.image or (plan.stage_root_image() if plan is not None
                                                   else None))
         roots: dict[str, Root] = {}
-        if plan is not None:  # every image its stages use, then its steps as they start
+        # Every image its stages use, then its steps parsed as those images start them.
+        if plan is not None and text is not None:
             for ref in plan.images:
                 roots[ref] = await self._root(ref)
             configs = {ref: r.config for ref, r in roots.items() if r.config is not None}
             if configs:
-                plan = parse_dockerfile(dockerfile.read_text(), self.build_args, configs)
+                plan = parse_dockerfile(text, self.build_args, configs)
         if not spec.workdir:  # the image's own WORKDIR (a prebuilt one's "/" without one)
             workdir = DEFAULT_WORKDIR if root.config is None else (
                 root.config.workdir or ("/" if plan is None else DEFAULT_WORKDIR))
