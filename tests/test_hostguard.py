@@ -21,6 +21,7 @@ from sandlot.hostguard import (
     signal_child_group,
 )
 from sandlot.sandbox import cgroups
+from sandlot.trees import disk_usage
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -63,6 +64,39 @@ def test_a_tree_without_mounts_is_removed_and_symlinks_are_not_followed(tmp_path
     assert not tree.exists()
     assert (outside / "keep.txt").exists()
     assert remove_tree(tree) is True  # already gone is fine
+
+
+def test_a_tree_an_agent_left_in_any_shape_is_removed(tmp_path: Path) -> None:
+    """Deeper than Python's recursion, FIFOs, sockets, modes 000, an immutable file."""
+    import socket
+
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    fd = os.open(tree, os.O_RDONLY | os.O_DIRECTORY)
+    for _ in range(3000):
+        os.mkdir("d", dir_fd=fd)
+        child = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+        os.close(fd)
+        fd = child
+    os.mkfifo("fifo", dir_fd=fd)
+    os.close(fd)
+    (tree / "locked" / "inner").mkdir(parents=True)
+    (tree / "locked" / "inner" / "f").write_text("x")
+    (tree / "locked" / "inner").chmod(0)
+    (tree / "locked").chmod(0)
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.bind(str(tree / "sock"))
+    frozen = tree / "frozen.txt"
+    frozen.write_text("x")
+    chattr = subprocess.run(["chattr", "+i", str(frozen)], capture_output=True)
+    try:
+        assert disk_usage(tree) >= 1000 * 4096  # measured without recursion (to PATH_MAX)
+        assert remove_tree(tree) is True
+        assert not tree.exists()
+    finally:  # a failed removal must not leave an immutable file for the suite to trip on
+        subprocess.run(["chattr", "-i", str(frozen)], capture_output=True)
+    if chattr.returncode != 0:
+        pytest.skip(f"this file system has no immutable flag: {chattr.stderr!r}")
 
 
 def test_a_signal_goes_only_to_a_group_sandlot_spawned_and_still_owns() -> None:

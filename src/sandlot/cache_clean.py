@@ -15,6 +15,7 @@ from pathlib import Path
 from sandlot.hostguard import remove_tree
 from sandlot.images.store import IMAGES_FOLDER
 from sandlot.sandbox.local_backend import LocalBackend, folder_owner
+from sandlot.trees import disk_usage
 
 #: The pulled images of the local sandbox (sandlot.images.ImageStore), under the cache.
 
@@ -37,17 +38,6 @@ def live_users(cache_dir: Path) -> list[int]:
     pids = {folder_owner(p.name) for p in LocalBackend(cache_dir).owned_folders()}
     return sorted(p for p in pids if p is not None and p != os.getpid()
                   and Path(f"/proc/{p}").exists())
-
-
-def _size(path: Path) -> int:
-    total = 0
-    for root, dirs, files in os.walk(path):
-        for name in files + dirs:
-            try:
-                total += os.lstat(os.path.join(root, name)).st_blocks * 512
-            except OSError:
-                continue
-    return total
 
 
 async def clean_cache(cache_dir: Path, *, images: bool = True,
@@ -75,7 +65,7 @@ async def clean_cache(cache_dir: Path, *, images: bool = True,
                 not images and entry.name == IMAGES_FOLDER)
             if keep:
                 continue
-            size = _size(entry) if entry.is_dir() and not entry.is_symlink() else 0
+            size = disk_usage(entry) if entry.is_dir() and not entry.is_symlink() else 0
             if remove_tree(entry, ignore_errors=True):
                 report.removed_bytes += size
                 report.removed_entries += 1

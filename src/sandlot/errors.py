@@ -78,6 +78,18 @@ class ContainerExited(SandboxError):
     environment is gone, as a container whose main process exits."""
 
 
+class Unverifiable(Exception):
+    """sandlot cannot vouch for what the agent left in its sandbox: a scan of its files
+    went past a cap (entries, depth, bytes, time) or the backend would not say what
+    changed. What was not seen cannot be proved harmless, so the trial fails closed
+    (reward 0, integrity `tampered`), never scored on what was seen."""
+
+    def __init__(self, reason: str, path: str) -> None:
+        super().__init__(f"{reason} at {path}")
+        self.reason = reason
+        self.path = path
+
+
 class TaskLoadError(Exception):
     """A task folder cannot be run; carries every problem found, not just the first."""
 

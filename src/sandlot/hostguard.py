@@ -12,9 +12,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import shutil
 import signal
 from pathlib import Path
+
+from sandlot.trees import remove_tree_iteratively
 
 log = logging.getLogger(__name__)
 
@@ -79,8 +80,13 @@ def remove_tree(path: Path, *, ignore_errors: bool = False) -> bool:
             if not ignore_errors:
                 raise
         return not os.path.lexists(path)
-    # rmtree walks by directory fd and never follows a symlink out of the tree.
-    shutil.rmtree(path, ignore_errors=ignore_errors)
+    # By directory fd, never following a link out of the tree, at any depth.
+    try:
+        remove_tree_iteratively(path)
+    except OSError as exc:
+        if not ignore_errors:
+            raise
+        log.warning("could not delete all of %s: %s", path, exc)
     return not os.path.lexists(path)
 
 

@@ -11,6 +11,8 @@ still guard (the workdir itself is the agent's work and is never touched).
 
 from __future__ import annotations
 
+import asyncio
+import os
 import posixpath
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +20,7 @@ from typing import Any
 
 from sandlot.errors import SandboxError
 from sandlot.sandbox.base import TracksChanges
+from sandlot.sandbox.bounded_fs import CapExceeded, read_regular
 
 PY_HOOKS = frozenset({"sitecustomize.py", "usercustomize.py"})
 #: Files pytest reads from the ancestors of its arguments (/tests -> /).
@@ -33,6 +36,8 @@ SHELL_STARTUP = ("/etc/profile", "/etc/bash.bashrc", "/etc/environment", "/etc/b
                  "/root/.bashrc", "/root/.profile", "/root/.bash_profile", "/root/.bash_login")
 GIT_CONFIGS = ("/etc/gitconfig", "/root/.gitconfig", "/root/.config/git/config")
 GIT_HOOK_KEYS = ("fsmonitor", "hookspath", "sshcommand", "askpass")
+#: The most of a changed file the hook check reads (a .pth, a git config).
+HOOK_FILE_MAX_BYTES = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -156,12 +161,15 @@ async def neutralize_planted_hooks(sandbox: Any, workdir: str) -> list[dict[str,
     host_path = getattr(sandbox, "host_path", None)
 
     def read_text(path: str) -> str | None:
+        # The agent's file: no link followed, no FIFO opened, at most 1 MB. A file it
+        # cannot read that way answers None, which every check takes as a hook.
         if host_path is None:
             return None
         try:
-            return Path(host_path(path)).read_text(errors="replace")[:100_000]
-        except OSError:
+            data = read_regular(Path(host_path("/")), path, HOOK_FILE_MAX_BYTES)
+        except (OSError, SandboxError, CapExceeded):
             return None
+        return data.decode(errors="replace") if data is not None else None
 
     def exists(path: str) -> bool | None:
         if host_path is None:
@@ -170,10 +178,13 @@ async def neutralize_planted_hooks(sandbox: Any, workdir: str) -> list[dict[str,
             where = Path(host_path(path))
         except (SandboxError, OSError):  # a path the backend cannot map: unknown
             return None
-        return where.exists() or where.is_symlink()
+        return os.path.lexists(where)  # the last link not followed: it may lead out
 
+    # Off the event loop: the reads are the agent's files (bounded, but disk-bound).
+    findings = await asyncio.to_thread(find_planted_hooks, changes, workdir, read_text,
+                                       exists)
     done = []
-    for finding in find_planted_hooks(changes, workdir, read_text, exists):
+    for finding in findings:
         await sandbox.restore(finding.path)
         done.append({"path": finding.path, "reason": finding.reason,
                      "action": "restored to the environment's version or removed"})

@@ -152,7 +152,10 @@ class TrialResult(BaseModel):
         description="Repair attempts: each generation, its feedback evaluation, the feedback.")
     repaired: bool = Field(default=False, description="Passed after at least one repair.")
     integrity: dict[str, object] | None = Field(
-        default=None, description="Hooks the agent planted for the verifier, neutralised.")
+        default=None, description="What sandlot found of the agent's doing before scoring: "
+        "`neutralized`, hooks planted for the verifier and undone; `status: tampered` "
+        "with `reason` and `paths` when what the agent left could not be vouched for "
+        "(a scan past its caps), scored 0.")
     counted_attempt: int | None = Field(
         default=None, description="The attempt whose final state the reward scores.")
 

@@ -23,6 +23,7 @@ from sandlot.errors import (
     SandboxDiskFull,
     SandboxError,
     TrialError,
+    Unverifiable,
 )
 from sandlot.fsutil import copy_out, write_atomic, write_model
 from sandlot.healthcheck import wait_healthy
@@ -341,7 +342,11 @@ class _Trial:
         result = self.result
         with _sandbox_failures("verify"):
             try:
-                neutralized = await neutralize_planted_hooks(sandbox, self.task.workdir)
+                try:
+                    neutralized = await neutralize_planted_hooks(sandbox, self.task.workdir)
+                except Unverifiable as exc:
+                    self._fail_closed(exc)
+                    return
                 if neutralized:
                     result.integrity = {"neutralized": neutralized}
                     self.clock.log(f"neutralized {len(neutralized)} planted hook(s) before "
@@ -363,6 +368,15 @@ class _Trial:
         result.repaired = result.passed and len(result.attempts) > 1
         result.verifier_exit_code = verdict.exit_code
         result.script_time_sec += verdict.duration_sec
+
+    def _fail_closed(self, exc: Unverifiable) -> None:
+        """What the agent left cannot be vouched for: scored 0 as `tampered` without
+        running the tests (a failure, counted in the pass rate, never an error)."""
+        result = self.result
+        result.reward, result.rewards, result.passed = 0.0, {"reward": 0.0}, False
+        result.counted_attempt = len(result.attempts) or 1
+        result.integrity = {"status": "tampered", "reason": exc.reason, "paths": [exc.path]}
+        self.clock.log(f"tampered: {exc}; scored 0 without verifying")
 
     async def _finish(self) -> None:
         """Always: the key closed, usage taken, the sandbox gone, the result on disk."""

@@ -24,7 +24,6 @@ import hashlib
 import json
 import os
 import re
-import stat
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
@@ -35,6 +34,7 @@ from sandlot.fsutil import write_json
 from sandlot.hostguard import remove_tree
 from sandlot.images.reference import ImageRef, parse_image_ref
 from sandlot.images.unpack import LayerUnpackError, unpack_layer
+from sandlot.trees import disk_usage
 
 PULL_TIMEOUT_SEC = 1800.0
 #: The cache's subfolder that holds pulled images (`sandlot clean --images`).
@@ -153,7 +153,7 @@ class ImageStore:
 
     def size(self) -> int:
         """Bytes the cache holds (unpacked layers and blobs, as the disk counts them)."""
-        return sum(_disk_usage(folder) for folder in (self.root / "layers", self.blobs))
+        return sum(disk_usage(folder) for folder in (self.root / "layers", self.blobs))
 
     def _evict(self, max_bytes: int) -> list[str]:
         """Evict unleased images, used longest ago first, until the cache fits
@@ -207,13 +207,13 @@ class ImageStore:
         freed = 0
         for folder in (self.root / "layers").iterdir():
             if folder.name not in keep_layers:
-                freed += _disk_usage(folder)
+                freed += disk_usage(folder)
                 remove_tree(folder, ignore_errors=True)
         blobs = self.blobs / "sha256"
         if blobs.is_dir():
             for blob in blobs.iterdir():
                 if blob.name not in keep_blobs:
-                    freed += _disk_usage(blob)
+                    freed += disk_usage(blob)
                     blob.unlink(missing_ok=True)
         refs = self.root / "refs"
         if refs.is_dir():
@@ -379,22 +379,6 @@ def _mtime(path: Path) -> float:
         return path.stat().st_mtime
     except OSError:
         return 0.0
-
-
-def _disk_usage(path: Path) -> int:
-    """Bytes `path` takes on disk (a file, or a folder's whole tree; links not followed)."""
-    try:
-        st = path.lstat()
-    except OSError:
-        return 0
-    if not stat.S_ISDIR(st.st_mode):
-        return st.st_blocks * 512
-    total = st.st_blocks * 512
-    for dirpath, dirnames, filenames in os.walk(path):
-        for name in dirnames + filenames:
-            with contextlib.suppress(OSError):
-                total += os.lstat(os.path.join(dirpath, name)).st_blocks * 512
-    return total
 
 
 def _hex(digest: str) -> str:

@@ -258,9 +258,11 @@ class TracksChanges(Protocol):
     """A sandbox that knows what the trial changed against its environment: how planted
     hooks are found and neutralised before verification (sandlot.integrity)."""
 
-    async def changes(self) -> list[Any] | None:
+    async def changes(self) -> list[Any]:
         """Files the trial added, modified or deleted outside what sandlot itself set up
-        (sandlot.sandbox.changes.Change), or None if it cannot tell this time."""
+        (sandlot.sandbox.changes.Change). Raises sandlot.errors.Unverifiable when it
+        cannot tell them all (a cap hit, an engine that would not answer): a partial
+        list must never pass for the whole."""
         ...
 
     async def restore(self, remote: str) -> None:

@@ -13,6 +13,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from sandlot.sandbox.bounded_fs import (
+    DEFAULT_WALK_LIMITS,
+    WalkLimits,
+    exists_inside,
+    walk,
+)
+
 ChangeKind = Literal["added", "modified", "deleted"]
 
 
@@ -27,30 +34,20 @@ def _is_whiteout(st: os.stat_result) -> bool:
 
 
 def walk_upper(upper: Path, bases: list[Path], ignore: set[str],
-               limit: int = 200_000) -> list[Change]:
-    """Files (not folders) in `upper`, classified against the lower `bases` (first wins)."""
+               limits: WalkLimits = DEFAULT_WALK_LIMITS) -> list[Change]:
+    """Files (not folders) in `upper`, classified against the lower `bases` (first wins),
+    sorted. The upper folder is the agent's: it is walked by bounded_fs (no link
+    followed, no recursion), and past its limits CapExceeded says the change set is not
+    known, which the caller must not take for "nothing more changed"."""
     out: list[Change] = []
-    for dirpath, dirnames, filenames in os.walk(upper):
-        rel_dir = "/" + os.path.relpath(dirpath, upper).lstrip(".").lstrip("/")
-        # Folders sandlot masked are walked too (a hook in /root counts); only the mask
-        # entries themselves are not changes.
-        for name in filenames + [d for d in dirnames if (Path(dirpath) / d).is_symlink()]:
-            path = _join(rel_dir, name)
-            if path in ignore:
-                continue
-            try:
-                st = os.lstat(Path(dirpath) / name)
-            except OSError:
-                continue
-            if _is_whiteout(st):
-                out.append(Change(path, "deleted"))
-            else:
-                existed = any(os.path.lexists(base / path.lstrip("/")) for base in bases)
-                out.append(Change(path, "modified" if existed else "added"))
-            if len(out) >= limit:
-                return out
-    return out
-
-
-def _join(folder: str, name: str) -> str:
-    return f"{folder.rstrip('/')}/{name}"
+    # Folders sandlot masked are walked too (a hook in /root counts); only the mask
+    # entries themselves are not changes.
+    for entry in walk(upper, limits):
+        if entry.is_dir or entry.path in ignore:
+            continue
+        if _is_whiteout(entry.stat):
+            out.append(Change(entry.path, "deleted"))
+        else:
+            existed = any(exists_inside(base, entry.path) for base in bases)
+            out.append(Change(entry.path, "modified" if existed else "added"))
+    return sorted(out, key=lambda c: c.path)

@@ -33,7 +33,7 @@ from typing import Any, Literal
 
 from typing_extensions import override
 
-from sandlot.errors import ContainerExited, SandboxError
+from sandlot.errors import ContainerExited, SandboxError, Unverifiable
 from sandlot.hostguard import child_pids, remove_tree
 from sandlot.sandbox import container_join, egress
 from sandlot.sandbox.base import (
@@ -46,6 +46,7 @@ from sandlot.sandbox.base import (
     check_mount_points,
     mount_point_chain,
 )
+from sandlot.sandbox.bounded_fs import DEFAULT_WALK_LIMITS, WalkLimits
 from sandlot.sandbox.changes import Change
 from sandlot.sandbox.docker_compose import Service
 from sandlot.sandbox.docker_engine import (
@@ -802,12 +803,19 @@ class DockerSandbox:
         return resolve_inside(Path(f"/proc/{self._pid}/root"), sandbox_path)
 
     @override
-    async def changes(self) -> list[Change] | None:
+    async def changes(self, limits: WalkLimits = DEFAULT_WALK_LIMITS) -> list[Change]:
+        """The engine's own list of what changed in the container (its overlay's upper
+        layer, read by the engine, not by sandlot). An engine that will not answer, or a
+        list longer than the walk limit, is Unverifiable: the trial fails closed."""
         container = self._check_running()
         try:
-            diff = await self.engine.call(self.engine.api.diff, container)
-        except Exception:
-            return None
+            diff = await asyncio.wait_for(
+                self.engine.call(self.engine.api.diff, container), limits.max_seconds)
+        except Exception as exc:
+            raise Unverifiable(f"the engine did not list the container's changes "
+                               f"({type(exc).__name__}: {exc})", "/") from exc
+        if len(diff or []) > limits.max_entries:
+            raise Unverifiable(f"more than {limits.max_entries} changed entries", "/")
         ignore = (*SETUP_PATHS, *self.spec.binds.values())
         out: list[Change] = []
         for item in diff or []:

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from typing_extensions import override
 
-from sandlot.errors import ContainerExited, SandboxDiskFull, SandboxError
+from sandlot.errors import ContainerExited, SandboxDiskFull, SandboxError, Unverifiable
 from sandlot.hostguard import (
     check_private_netns,
     child_pids,
@@ -46,6 +46,7 @@ from sandlot.sandbox.base import (
     check_mount_points,
     mount_point_chain,
 )
+from sandlot.sandbox.bounded_fs import CapExceeded, exists_inside, read_regular, walk
 from sandlot.sandbox.cgroups import CgroupLimits
 from sandlot.sandbox.changes import Change, walk_upper
 from sandlot.sandbox.procutil import (
@@ -252,18 +253,34 @@ def _reaper_command() -> str:
     return f"{shlex.quote(sys.executable)} -I -S -c {shlex.quote(_REAPER)}"
 
 
-def _read_lines(path: Path, limit: int = 2_000_000) -> list[str] | None:
-    """A text file's lines for a diff; None for binary or huge files."""
-    try:
-        data = path.read_bytes()[: limit + 1]
-    except OSError:
+def _text_lines(data: bytes | None) -> list[str] | None:
+    """A file's lines for a diff: none for no (regular) file, None for binary bytes."""
+    if data is None:
         return []
-    if len(data) > limit or b"\0" in data:
+    if b"\0" in data:
         return None
     try:
         return data.decode().splitlines(keepends=True)
     except UnicodeDecodeError:
         return None
+
+
+def _regular_files_below(root: Path, folder: str, limit: int) -> tuple[list[str], str]:
+    """Up to `limit` regular files below `folder` inside `root` (sorted), walked by
+    bounded_fs; and a note when the walk stopped at a cap or could not start."""
+    start = folder.rstrip("/")
+    try:
+        found = []
+        for entry in walk(root / start.lstrip("/")):
+            if stat.S_ISREG(entry.stat.st_mode):
+                found.append(start + entry.path)
+                if len(found) >= limit:
+                    break
+        return sorted(found), ""
+    except CapExceeded as exc:
+        return sorted(found), f"[listing of {folder} stopped: {exc.reason}]\n"
+    except OSError:
+        return [], ""
 
 
 def _defuse_links(root: Path) -> None:
@@ -1173,7 +1190,7 @@ class LocalSandbox:
         return [layer, Path("/")] if layer is not None else [Path("/")]
 
     @override
-    async def changes(self) -> list[Change] | None:
+    async def changes(self) -> list[Change]:
         ignore = set(getattr(self, "_setup_paths", set())) | {"/etc/resolv.conf"}
         return await asyncio.to_thread(walk_upper, self._upper, self._bases(), ignore)
 
@@ -1181,7 +1198,10 @@ class LocalSandbox:
                    max_bytes: int = 1_000_000) -> str:
         """A unified diff of what the trial changed under `folder` against the environment
         (its build layer, else the host's root): the workspace diff a reviewer reads."""
-        changes = await self.changes() or []
+        try:
+            changes = await self.changes()
+        except Unverifiable as exc:
+            return f"[the changes could not be listed: {exc}]\n"
         prefix = folder.rstrip("/") + "/"
         paths = sorted(c.path for c in changes if c.path.startswith(prefix))
         # Files created inside masked folders (e.g. a workdir under /tmp) are not listed by
@@ -1190,26 +1210,34 @@ class LocalSandbox:
 
     def _diff_paths(self, folder: str, paths: list[str], max_files: int,
                     max_bytes: int) -> str:
+        """The diff's text. Every file is the agent's: read by bounded_fs from the
+        sandbox's root (no link followed, nothing but regular files, at most
+        `max_bytes` each), so a link to a host file, a FIFO or a sparse giant shows as
+        a note, never as the host's bytes or a stall."""
         import difflib
 
-        if not paths:
-            root = self.host_path(folder)
-            if root.is_dir():
-                paths = sorted("/" + str(p.relative_to(self.host_path("/")))
-                               for p in root.rglob("*") if p.is_file() and not p.is_symlink())
+        merged = self.host_path("/")
         out: list[str] = []
+        if not paths:
+            paths, note = _regular_files_below(merged, folder, max_files + 1)
+            if note:
+                out.append(note)
         size = 0
         for path in paths[:max_files]:
-            current = self.host_path(path)
-            original = next((b / path.lstrip("/") for b in self._bases()
-                             if (b / path.lstrip("/")).is_file()), None)
-            old = _read_lines(original) if original is not None else []
-            new = _read_lines(current) if current.is_file() else []
+            base = next((b for b in self._bases() if exists_inside(b, path)), None)
+            try:
+                old_bytes = read_regular(base, path, max_bytes) if base is not None else None
+                new_bytes = read_regular(merged, path, max_bytes)
+            except CapExceeded as exc:
+                out.append(f"[{path}: {exc.reason}; not shown]\n")
+                continue
+            old, new = _text_lines(old_bytes), _text_lines(new_bytes)
             if old is None or new is None:
                 out.append(f"Binary files a{path} and b{path} differ\n")
                 continue
-            out.extend(difflib.unified_diff(old, new, f"a{path}" if original else "/dev/null",
-                                            f"b{path}" if current.exists() else "/dev/null"))
+            out.extend(difflib.unified_diff(
+                old, new, f"a{path}" if old_bytes is not None else "/dev/null",
+                f"b{path}" if new_bytes is not None else "/dev/null"))
             size = sum(len(x) for x in out)
             if size > max_bytes:
                 out.append(f"[diff truncated at {max_bytes} bytes]\n")

@@ -1,0 +1,195 @@
+"""Reading files an agent made, from the host side, without trusting them.
+
+Whatever sandlot reads of a sandbox (its overlay's upper folder, a diff's files) is the
+agent's: a link may point at the host's files, a folder may be a million levels deep, a
+file may be sparse (terabytes that take no disk) or a FIFO that blocks its reader. So
+every walk here is iterative and descends through folder file descriptors opened with
+O_NOFOLLOW (a link never leads out, even one swapped in mid-walk), every read opens with
+O_NOFOLLOW | O_NONBLOCK and reads only regular files, a file's length is checked before a
+byte is read (a sparse file's holes read as zeros), and counts, depth, bytes and time are
+capped. Hitting a cap raises CapExceeded: the caller cannot trust what it did not see, so
+the trial fails closed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import stat
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from sandlot.errors import Unverifiable
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+
+
+class CapExceeded(Unverifiable):
+    """A walk or read went past a limit; `path` is where (inside the walked root)."""
+
+
+@dataclass(frozen=True)
+class WalkLimits:
+    """How much of an agent's tree sandlot reads before it stops trusting it."""
+
+    max_entries: int = 200_000
+    max_depth: int = 256
+    #: Seconds a walk may take; a tree that takes longer is not one an honest task makes.
+    max_seconds: float = 60.0
+
+
+DEFAULT_WALK_LIMITS = WalkLimits()
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One entry of a walk: its path inside the root ("/a/b") and its lstat."""
+
+    path: str
+    stat: os.stat_result
+
+    @property
+    def is_dir(self) -> bool:
+        return stat.S_ISDIR(self.stat.st_mode)
+
+
+def walk(root: Path, limits: WalkLimits = DEFAULT_WALK_LIMITS) -> Iterator[Entry]:
+    """Every entry below `root` (not `root` itself), parents before children, in no
+    set order; links are entries, never followed. Holds one open folder per level (at
+    most max_depth) and at most max_entries names. Raises CapExceeded past a limit,
+    OSError if `root` cannot be opened as a folder."""
+    deadline = time.monotonic() + limits.max_seconds
+    count = 0
+    top = os.open(root, _DIR_FLAGS)
+    # The open folders of the current branch: (fd, its path, its entries left). Each fd
+    # is closed exactly once: a second close could hit another thread's file.
+    stack: list[tuple[int, str, Iterator[tuple[str, os.stat_result]]]] = []
+    try:
+        stack.append((top, "", _listing(top, limits.max_entries)))
+    except OSError:
+        os.close(top)
+        raise
+    try:
+        while stack:
+            fd, folder, entries = stack[-1]
+            entry = next(entries, None)
+            if entry is None:
+                os.close(stack.pop()[0])
+                continue
+            name, st = entry
+            path = f"{folder}/{name}"
+            count += 1
+            if count > limits.max_entries:
+                raise CapExceeded(f"more than {limits.max_entries} entries", path)
+            if count % 1024 == 0 and time.monotonic() > deadline:
+                raise CapExceeded(f"a walk longer than {limits.max_seconds:g}s", path)
+            yield Entry(path, st)
+            if not stat.S_ISDIR(st.st_mode):
+                continue
+            if len(stack) >= limits.max_depth:
+                raise CapExceeded(f"folders nested deeper than {limits.max_depth}", path)
+            try:
+                child = os.open(name, _DIR_FLAGS, dir_fd=fd)
+            except OSError as exc:
+                if exc.errno in (errno.ENOENT, errno.ELOOP, errno.ENOTDIR):
+                    continue  # swapped for a link or a file meanwhile: not followed
+                raise
+            try:
+                stack.append((child, path, _listing(child, limits.max_entries - count)))
+            except OSError:
+                os.close(child)
+                raise
+    finally:
+        for fd, _, _ in stack:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+def _listing(fd: int, budget: int) -> Iterator[tuple[str, os.stat_result]]:
+    """The folder's names and lstats, read at once (its listing's own descriptor closed
+    before the walk goes on), at most budget + 1 of them: one more than the walk can
+    take is enough for it to raise CapExceeded."""
+    out: list[tuple[str, os.stat_result]] = []
+    with os.scandir(fd) as listing:
+        for entry in listing:
+            try:
+                out.append((entry.name, entry.stat(follow_symlinks=False)))
+            except FileNotFoundError:
+                continue  # gone meanwhile
+            if len(out) > budget:
+                break
+    return iter(out)
+
+
+def read_regular(root: Path, path: str, max_bytes: int) -> bytes | None:
+    """The bytes of the regular file at `path` inside `root`, every component opened
+    without following links; None when it is not a regular file (a link, a FIFO, a
+    device, a socket, a folder) or is gone. Raises CapExceeded when it holds more than
+    `max_bytes` (by length, or by the blocks a sparse file claims)."""
+    parts = [p for p in path.split("/") if p not in ("", ".")]
+    if not parts or ".." in parts:
+        return None
+    fds: list[int] = []
+    try:
+        try:
+            fds.append(os.open(root, _DIR_FLAGS))
+            for part in parts[:-1]:
+                fds.append(os.open(part, _DIR_FLAGS, dir_fd=fds[-1]))
+            fds.append(os.open(parts[-1], _FILE_FLAGS, dir_fd=fds[-1]))
+        except OSError as exc:
+            if exc.errno in (errno.ENOENT, errno.ELOOP, errno.ENOTDIR, errno.ENXIO,
+                             errno.EACCES, errno.EISDIR):
+                return None
+            raise
+        return _read_capped(fds[-1], path, max_bytes)
+    finally:
+        for fd in fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+def _read_capped(fd: int, path: str, max_bytes: int) -> bytes | None:
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        return None
+    # Its length, not its blocks: a sparse file reads as its whole length of zeros.
+    if st.st_size > max_bytes:
+        raise CapExceeded(f"a file of {st.st_size} bytes (more than {max_bytes})", path)
+    chunks: list[bytes] = []
+    left = max_bytes + 1
+    while left > 0:
+        chunk = os.read(fd, min(left, 1 << 20))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        left -= len(chunk)
+    data = b"".join(chunks)
+    if len(data) > max_bytes:  # it grew meanwhile
+        raise CapExceeded(f"a file of more than {max_bytes} bytes", path)
+    return data
+
+
+def exists_inside(root: Path, path: str) -> bool:
+    """Is there an entry (of any kind, a link included) at `path` inside `root`, found
+    without following a link on the way?"""
+    parts = [p for p in path.split("/") if p not in ("", ".")]
+    if ".." in parts:
+        return False
+    fds: list[int] = []
+    try:
+        fds.append(os.open(root, _DIR_FLAGS))
+        for part in parts[:-1]:
+            fds.append(os.open(part, _DIR_FLAGS, dir_fd=fds[-1]))
+        if parts:
+            os.stat(parts[-1], dir_fd=fds[-1], follow_symlinks=False)
+        return True
+    except OSError:
+        return False
+    finally:
+        for fd in fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
