@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import subprocess
 import sys
@@ -55,6 +56,24 @@ def files_containing(root: Path, needle: str) -> list[Path]:
                 if data in path.read_bytes():
                     hits.append(path)
     return hits
+
+
+def trial_story(trial: Path) -> str:
+    """What a failure message needs to explain a trial: its result and the ends of its logs."""
+    parts = [f"--- {trial.parent.name}/{trial.name}"]
+    result = trial / "result.json"
+    if result.is_file():
+        data = json.loads(result.read_text())
+        parts.append("result: " + json.dumps({k: data.get(k) for k in (
+            "reward", "rewards", "passed", "error", "integrity", "verifier_failure",
+            "verifier_exit_code")}))
+    for name in ("trial.log", "verifier/test_stdout.txt",
+                 "verifier/test_stderr.txt", "agent/builtin_trajectory.jsonl",
+                 "trajectory/acp_trajectory.jsonl"):
+        path = trial / name
+        if path.is_file():
+            parts.append(f"{name}: {path.read_text(errors='replace')[-1500:]}")
+    return "\n".join(parts)
 
 
 def write_task(root: Path, name: str, *, test_sh: str | None = None, solve_sh: str = "true",

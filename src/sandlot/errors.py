@@ -7,6 +7,7 @@ result.json, so a reader can tell "the agent failed the task" from "the harness 
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Literal
 
 
 class ErrorKind(StrEnum):
@@ -52,17 +53,43 @@ AGENT_FAULT_KINDS: frozenset[ErrorKind] = frozenset(
 )
 
 
+#: Who an error is the fault of: the agent (its own result), the task (its files or
+#: environment), sandlot (the harness or the machine: retried), or the user (a cancel).
+Cause = Literal["agent", "task", "sandlot", "user"]
+
+#: Kinds that say the verifier could not score: whose fault is decided by running it
+#: once more on a pristine sandbox (trial._attribute_verifier_fault).
+VERIFIER_FAULT_KINDS: frozenset[ErrorKind] = frozenset(
+    {ErrorKind.VERIFIER_TIMEOUT, ErrorKind.VERIFIER_ERROR, ErrorKind.REWARD_MISSING,
+     ErrorKind.REWARD_PARSE_ERROR}
+)
+
+
+def default_cause(kind: ErrorKind) -> Cause:
+    """Whose fault an error of `kind` is when nothing more is known."""
+    if kind in AGENT_FAULT_KINDS or kind is ErrorKind.AGENT_HANDSHAKE_TIMEOUT:
+        return "agent"
+    if kind in RETRYABLE_KINDS:
+        return "sandlot"
+    if kind is ErrorKind.CANCELLED:
+        return "user"
+    return "task"
+
+
 class TrialError(Exception):
     """Raised inside a trial phase; the trial turns it into result.json's `error`."""
 
     def __init__(self, kind: ErrorKind, message: str, phase: str | None = None,
-                 details: dict[str, object] | None = None) -> None:
+                 details: dict[str, object] | None = None,
+                 caused_by: Cause | None = None) -> None:
         super().__init__(message)
         self.kind = kind
         self.message = message
         self.phase = phase
         #: What the agent had done when it failed (turns, tool calls, usage it reported).
         self.details = details or {}
+        #: Whose fault it is, when the raiser knows better than `default_cause`.
+        self.caused_by = caused_by
 
 
 class SandboxError(Exception):

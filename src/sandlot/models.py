@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field
 
-from sandlot.errors import AGENT_FAULT_KINDS, ErrorKind
+from sandlot.errors import AGENT_FAULT_KINDS, Cause, ErrorKind
 
 SCHEMA_VERSION = 1
 
@@ -65,6 +65,10 @@ class ErrorInfo(BaseModel):
     kind: ErrorKind
     message: str
     phase: str | None = None
+    caused_by: Cause | None = Field(
+        default=None, description="Whose fault: `agent`, `task` (its files or "
+        "environment; for a verifier that cannot score, confirmed on a pristine sandbox), "
+        "`sandlot` (the harness or the machine; retried) or `user` (cancelled).")
 
 
 def is_scored(kind: ErrorKind | None, phase: str | None, reward: float | None) -> bool:
@@ -156,6 +160,11 @@ class TrialResult(BaseModel):
         "`neutralized`, hooks planted for the verifier and undone; `status: tampered` "
         "with `reason` and `paths` when what the agent left could not be vouched for "
         "(a scan past its caps), scored 0.")
+    verifier_failure: dict[str, object] | None = Field(
+        default=None, description="The verifier could not score what the agent left "
+        "(`kind`, `message`) but scored a pristine sandbox of the same environment "
+        "(`pristine_reward`): the agent's changes broke it, so the trial is the agent's "
+        "failure (reward 0), not an error.")
     counted_attempt: int | None = Field(
         default=None, description="The attempt whose final state the reward scores.")
 

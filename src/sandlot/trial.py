@@ -7,6 +7,7 @@ only after the sandbox is torn down and the cancelled result is on disk.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import traceback
 from collections.abc import Iterator
@@ -18,12 +19,14 @@ from typing import Any
 from sandlot.agents.base import Agent, AgentContext, GatewayAccess, is_conversational
 from sandlot.errors import (
     AGENT_FAULT_KINDS,
+    VERIFIER_FAULT_KINDS,
     ContainerExited,
     ErrorKind,
     SandboxDiskFull,
     SandboxError,
     TrialError,
     Unverifiable,
+    default_cause,
 )
 from sandlot.fsutil import copy_out, write_atomic, write_model
 from sandlot.healthcheck import wait_healthy
@@ -41,9 +44,10 @@ from sandlot.sandbox.base import (
     SandboxBackend,
     SandboxSpec,
 )
+from sandlot.sandbox.bounded_fs import export_tree
 from sandlot.sandbox.users import as_user, ensure_users
 from sandlot.tasks.loader import Task
-from sandlot.verify import TESTS_MOUNT, VERIFIER_LOGS, Verifier
+from sandlot.verify import TESTS_MOUNT, VERIFIER_LOGS, Verdict, Verifier
 
 #: Agent-phase errors after which the verifier still scores what the agent left behind.
 VERIFY_AFTER = AGENT_FAULT_KINDS
@@ -157,6 +161,13 @@ def _sandbox_failures(phase: str, other: ErrorKind = ErrorKind.INTERNAL_ERROR) -
         raise TrialError(other, message, phase) from exc
 
 
+#: Verify-phase errors whose cause a pristine sandbox decides: the verifier's own, and a
+#: sandbox fault (a mount or a working directory the agent broke; PID 1 it killed).
+_MACHINERY_KINDS = frozenset({ErrorKind.INTERNAL_ERROR, ErrorKind.ENVIRONMENT_ERROR})
+_ATTRIBUTED_KINDS = (VERIFIER_FAULT_KINDS | _MACHINERY_KINDS
+                     | {ErrorKind.MEMORY_LIMIT, ErrorKind.PIDS_LIMIT})
+
+
 class _Trial:
     """The state one trial carries from phase to phase; each phase is one method.
 
@@ -217,25 +228,15 @@ class _Trial:
 
     def _record(self, exc: TrialError) -> None:
         if self.result.error is None:
-            self.result.error = ErrorInfo(kind=exc.kind, message=exc.message, phase=exc.phase)
+            self.result.error = ErrorInfo(kind=exc.kind, message=exc.message, phase=exc.phase,
+                                          caused_by=exc.caused_by or default_cause(exc.kind))
         self.clock.log(f"error {exc.kind}: {exc.message}")
 
     async def _prepare(self) -> Sandbox:
         """The task's environment, built (or taken from the cache) and started."""
         self.live.set_phase("creating sandbox…")
-        task, env = self.task, self.task.config.environment
-        spec = SandboxSpec(name=self.plan.name, workdir=task.declared_workdir or "",
-                           env=task.env,
-                           memory_mb=env.memory_mb, cpus=env.cpus,
-                           pids_max=self.settings.pids_max, storage_mb=env.storage_mb,
-                           allow_private_network=self.settings.allow_private_network,
-                           masked_paths=self.settings.masked_paths,
-                           folders=("/logs/agent",), mount_points=(TESTS_MOUNT, VERIFIER_LOGS))
-        request = EnvironmentRequest(spec=spec, environment_dir=task.environment_dir,
-                                     digest=task.digest,
-                                     build_timeout_sec=env.build_timeout_sec * self.mult,
-                                     log_dir=self.plan.dir / "setup",
-                                     image=task.prebuilt_image)
+        task = self.task
+        request = self._environment_request(self.plan.name, self.plan.dir / "setup")
         with _sandbox_failures("setup", ErrorKind.SANDBOX_SETUP_FAILED):
             self.sandbox = await self.backend.create(request)
         if isinstance(self.sandbox, DescribesEnvironment):
@@ -248,6 +249,21 @@ class _Trial:
             self.clock.log(f"root: {info.base}" + (f" ({info.image})" if info.image else "")
                            + (f": {info.reason}" if info.reason else ""))
         return self.sandbox
+
+    def _environment_request(self, name: str, log_dir: Path) -> EnvironmentRequest:
+        """How to make a sandbox of the task's environment (the trial's, or a pristine
+        one to check its verifier on)."""
+        task, env = self.task, self.task.config.environment
+        spec = SandboxSpec(name=name, workdir=task.declared_workdir or "", env=task.env,
+                           memory_mb=env.memory_mb, cpus=env.cpus,
+                           pids_max=self.settings.pids_max, storage_mb=env.storage_mb,
+                           allow_private_network=self.settings.allow_private_network,
+                           masked_paths=self.settings.masked_paths,
+                           folders=("/logs/agent",), mount_points=(TESTS_MOUNT, VERIFIER_LOGS))
+        return EnvironmentRequest(spec=spec, environment_dir=task.environment_dir,
+                                  digest=task.digest,
+                                  build_timeout_sec=env.build_timeout_sec * self.mult,
+                                  log_dir=log_dir, image=task.prebuilt_image)
 
     async def _start_services(self, sandbox: Sandbox) -> None:
         """The task's users exist, and the services its image started answer their
@@ -340,12 +356,12 @@ class _Trial:
         """Planted hooks neutralised, then the task's tests score what the agent left."""
         self.live.set_phase("verifying…")
         result = self.result
-        with _sandbox_failures("verify"):
-            try:
+        try:
+            with _sandbox_failures("verify"):
                 try:
                     neutralized = await neutralize_planted_hooks(sandbox, self.task.workdir)
                 except Unverifiable as exc:
-                    self._fail_closed(exc)
+                    self._fail_closed(exc.reason, [exc.path])
                     return
                 if neutralized:
                     result.integrity = {"neutralized": neutralized}
@@ -354,13 +370,18 @@ class _Trial:
                 verdict = await self.verifier.verify(
                     sandbox, self.task, self.plan.dir / "verifier",
                     self.task.config.verifier.timeout_sec * self.mult)
-            except SandboxDiskFull as exc:
-                # The agent filled its disk (storage_mb) so full that the tests cannot be
-                # copied in: its own failure, scored 0. Errored instead, the trial would
-                # leave the pass rate: a way to hide a task the agent cannot solve.
-                result.reward, result.rewards, result.passed = 0.0, {"reward": 0.0}, False
-                raise TrialError(ErrorKind.DISK_LIMIT, f"the agent left no room to verify: "
-                                 f"{exc}; scored 0", "agent") from exc
+        except SandboxDiskFull as exc:
+            # The agent filled its disk (storage_mb) so full that the tests cannot be
+            # copied in: its own failure, scored 0. Errored instead, the trial would
+            # leave the pass rate: a way to hide a task the agent cannot solve.
+            result.reward, result.rewards, result.passed = 0.0, {"reward": 0.0}, False
+            raise TrialError(ErrorKind.DISK_LIMIT, f"the agent left no room to verify: "
+                             f"{exc}; scored 0", "agent") from exc
+        except TrialError as exc:
+            if exc.phase != "verify" or exc.kind not in _ATTRIBUTED_KINDS:
+                raise
+            await self._attribute_verifier_fault(exc)
+            return
         result.reward = verdict.reward
         result.rewards = verdict.rewards
         result.passed = verdict.reward >= 1.0
@@ -369,14 +390,62 @@ class _Trial:
         result.verifier_exit_code = verdict.exit_code
         result.script_time_sec += verdict.duration_sec
 
-    def _fail_closed(self, exc: Unverifiable) -> None:
-        """What the agent left cannot be vouched for: scored 0 as `tampered` without
-        running the tests (a failure, counted in the pass rate, never an error)."""
+    async def _attribute_verifier_fault(self, exc: TrialError) -> None:
+        """The verifier could not score what the agent left. Run it once on a pristine
+        sandbox of the same environment: if it scores there, the agent's changes broke it
+        (its working directory, the tools test.sh runs, the sandbox's own folders), and
+        the trial is the agent's failure, scored 0; otherwise the error stands as the
+        task's (or, for a sandbox fault, sandlot's: retried)."""
+        self.clock.log(f"the verifier could not score ({exc.kind}: {exc.message}); "
+                       "checking it on a pristine sandbox")
+        self.live.set_phase("checking the verifier on a pristine sandbox…")
+        try:
+            pristine = await self._pristine_verdict()
+        except (TrialError, SandboxError, OSError) as check:
+            self.clock.log(f"it does not score on a pristine sandbox either: {check}")
+            exc.caused_by = "sandlot" if exc.kind is ErrorKind.INTERNAL_ERROR else "task"
+            raise exc from None
+        result = self.result
+        result.counted_attempt = len(result.attempts) or 1
+        if exc.kind not in _MACHINERY_KINDS:
+            result.reward, result.rewards, result.passed = 0.0, {"reward": 0.0}, False
+            result.verifier_failure = {"kind": str(exc.kind), "message": exc.message,
+                                       "caused_by": "agent",
+                                       "pristine_reward": pristine.reward}
+            self.clock.log(f"it scores {pristine.reward:g} on a pristine sandbox: the "
+                           "agent's changes broke it; scored 0")
+            return
+        # The sandbox's own machinery failed where a pristine one works: tampered.
+        self._fail_closed(f"the verifier could not run in what the agent left "
+                          f"({exc.kind}: {exc.message}), but runs on a pristine sandbox",
+                          [])
+
+    async def _pristine_verdict(self) -> Verdict:
+        """The verifier's verdict on a fresh sandbox of the task's environment that no
+        agent touched (its files in verifier-pristine/ of the trial folder)."""
+        out_dir = self.plan.dir / "verifier-pristine"
+        request = self._environment_request(f"{self.plan.name}-pristine", out_dir / "setup")
+        with _sandbox_failures("verify"):
+            sandbox = await self.backend.create(request)
+        try:
+            with _sandbox_failures("verify"):
+                await self._start_services(sandbox)
+                return await self.verifier.verify(
+                    sandbox, self.task, out_dir,
+                    self.task.config.verifier.timeout_sec * self.mult)
+        finally:
+            await _stop_shielded(sandbox, self.clock)
+
+    def _fail_closed(self, reason: str, paths: list[str]) -> None:
+        """What the agent left cannot be vouched for: scored 0 as `tampered` (a failure,
+        counted in the pass rate, never an error)."""
         result = self.result
         result.reward, result.rewards, result.passed = 0.0, {"reward": 0.0}, False
         result.counted_attempt = len(result.attempts) or 1
-        result.integrity = {"status": "tampered", "reason": exc.reason, "paths": [exc.path]}
-        self.clock.log(f"tampered: {exc}; scored 0 without verifying")
+        result.integrity = {**(result.integrity or {}), "status": "tampered",
+                            "reason": reason, "paths": paths}
+        self.clock.log(f"tampered: {reason}" + (f" at {', '.join(paths)}" if paths else "")
+                       + "; scored 0")
 
     async def _finish(self) -> None:
         """Always: the key closed, usage taken, the sandbox gone, the result on disk."""
@@ -420,24 +489,45 @@ AGENT_LOGS_MAX_BYTES = 50 * 1024 * 1024
 
 async def _collect_agent_logs(sandbox: Sandbox, trial_dir: Path, clock: _PhaseClock) -> None:
     """What the agent wrote to /logs/agent (Harbor's place for an agent's own logs), as
-    plain files in agent/logs/ of the trial folder."""
+    plain files in agent/logs/ of the trial folder, at most AGENT_LOGS_MAX_BYTES; what
+    was left out is listed in agent/logs-left-out.txt."""
+    dest = trial_dir / "agent" / "logs"
     try:
-        size = await sandbox.exec(["du", "-sb", "/logs/agent"], timeout_sec=60)
-        total = int(size.stdout.split()[0]) if size.exit_code == 0 else 0
-        if total > AGENT_LOGS_MAX_BYTES:
-            clock.log(f"/logs/agent holds {total} bytes, over {AGENT_LOGS_MAX_BYTES}: "
-                      "not collected")
-            return
-        staging = trial_dir / ".agent-logs.tmp"
-        remove_tree(staging, ignore_errors=True)
         try:
-            await sandbox.download("/logs/agent", staging)
-            if staging.is_dir() and any(staging.iterdir()):
-                await asyncio.to_thread(copy_out, staging, trial_dir / "agent" / "logs")
-        finally:
-            remove_tree(staging, ignore_errors=True)
-    except (SandboxError, OSError, ValueError, IndexError) as exc:
+            source = Path(sandbox.host_path("/logs/agent"))  # type: ignore[attr-defined]
+        except (AttributeError, SandboxError):
+            # No host view of this sandbox (an engine on another machine): its download.
+            await _download_agent_logs(sandbox, trial_dir, clock)
+            return
+        export = await asyncio.to_thread(export_tree, source, dest, AGENT_LOGS_MAX_BYTES)
+    except (SandboxError, OSError) as exc:
         clock.log(f"collecting /logs/agent failed: {exc}")
+        return
+    if export.notes:
+        write_atomic(trial_dir / "agent" / "logs-left-out.txt", export.summary())
+        clock.log(f"/logs/agent: {export.left_out} entries left out (agent/logs-left-out.txt)")
+    with contextlib.suppress(OSError):
+        dest.rmdir()  # only if nothing was there
+
+
+async def _download_agent_logs(sandbox: Sandbox, trial_dir: Path, clock: _PhaseClock) -> None:
+    size = await sandbox.exec(["du", "-sb", "/logs/agent"], timeout_sec=60)
+    try:
+        total = int(size.stdout.split()[0]) if size.exit_code == 0 else 0
+    except (ValueError, IndexError):
+        total = 0
+    if total > AGENT_LOGS_MAX_BYTES:
+        clock.log(f"/logs/agent holds {total} bytes, over {AGENT_LOGS_MAX_BYTES}: "
+                  "not collected")
+        return
+    staging = trial_dir / ".agent-logs.tmp"
+    remove_tree(staging, ignore_errors=True)
+    try:
+        await sandbox.download("/logs/agent", staging)
+        if staging.is_dir() and any(staging.iterdir()):
+            await asyncio.to_thread(copy_out, staging, trial_dir / "agent" / "logs")
+    finally:
+        remove_tree(staging, ignore_errors=True)
 
 
 async def _record_workspace_diff(sandbox: Any, workdir: str, out_dir: Path,

@@ -15,15 +15,20 @@ from typing import Protocol
 from typing_extensions import override
 
 from sandlot.errors import ErrorKind, TrialError, limit_error
-from sandlot.fsutil import copy_out, write_atomic
+from sandlot.fsutil import write_atomic
 from sandlot.hostguard import remove_tree
 from sandlot.sandbox.base import Network, Sandbox
+from sandlot.sandbox.bounded_fs import CapExceeded, export_tree, read_regular
 from sandlot.sandbox.users import user_ids
 from sandlot.tasks.loader import Task
 
 TESTS_MOUNT = "/tests"
 VERIFIER_LOGS = "/logs/verifier"
 TAIL_CHARS = 2000
+#: The most of a reward file read: a number, or a JSON object of a few numbers.
+REWARD_MAX_BYTES = 1_000_000
+#: The most of /logs/verifier kept in the trial folder (the rest is listed as left out).
+VERIFIER_LOGS_MAX_BYTES = 50 * 1024 * 1024
 
 
 @dataclass
@@ -109,23 +114,30 @@ def parse_reward_txt(text: str) -> float:
 
 
 def read_rewards(logs_dir: Path) -> tuple[float, dict[str, float]]:
-    """Reward from a downloaded /logs/verifier: reward.json first, then reward.txt.
+    """Reward from /logs/verifier (a host folder test.sh wrote in): reward.json first,
+    then reward.txt; each a regular file of at most REWARD_MAX_BYTES, read without
+    following a link or opening a FIFO.
 
     Raises: TrialError REWARD_MISSING or REWARD_PARSE_ERROR.
     """
-    json_path, txt_path = logs_dir / "reward.json", logs_dir / "reward.txt"
-    for path in (json_path, txt_path):
-        if path.is_symlink():
+    for name in ("reward.json", "reward.txt"):
+        if (logs_dir / name).is_symlink():
             raise TrialError(ErrorKind.REWARD_PARSE_ERROR,
-                             f"{path.name} is a symlink; a reward must be a regular file",
+                             f"{name} is a symlink; a reward must be a regular file",
                              "verify")
     try:
-        if json_path.is_file():
-            rewards = parse_reward_json(json_path.read_text(errors="replace"))
+        data = read_regular(logs_dir, "/reward.json", REWARD_MAX_BYTES)
+        if data is not None:
+            rewards = parse_reward_json(data.decode(errors="replace"))
             return headline(rewards), rewards
-        if txt_path.is_file():
-            value = parse_reward_txt(txt_path.read_text(errors="replace"))
+        data = read_regular(logs_dir, "/reward.txt", REWARD_MAX_BYTES)
+        if data is not None:
+            value = parse_reward_txt(data.decode(errors="replace"))
             return value, {"reward": value}
+    except CapExceeded as exc:
+        raise TrialError(ErrorKind.REWARD_PARSE_ERROR, f"{exc.path.lstrip('/')} holds "
+                         f"more than {REWARD_MAX_BYTES} bytes; a reward is a number or a "
+                         "small JSON object", "verify") from exc
     except ValueError as exc:
         raise TrialError(ErrorKind.REWARD_PARSE_ERROR, str(exc), "verify") from exc
     raise TrialError(ErrorKind.REWARD_MISSING,
@@ -173,7 +185,10 @@ class ScriptVerifier:
         write_atomic(out_dir / "test_stdout.txt", result.stdout)
         write_atomic(out_dir / "test_stderr.txt", result.stderr)
         remove_tree(out_dir / "logs", ignore_errors=True)
-        await asyncio.to_thread(copy_out, logs, out_dir / "logs")
+        export = await asyncio.to_thread(export_tree, logs, out_dir / "logs",
+                                         VERIFIER_LOGS_MAX_BYTES)
+        if export.notes:
+            write_atomic(out_dir / "logs-left-out.txt", export.summary())
         if result.timed_out:
             raise TrialError(ErrorKind.VERIFIER_TIMEOUT,
                              f"tests/test.sh did not finish within {timeout_sec:g}s", "verify")
@@ -181,7 +196,7 @@ class ScriptVerifier:
         if error is not None:
             raise error
         try:
-            reward, rewards = read_rewards(out_dir / "logs")
+            reward, rewards = read_rewards(logs)
         except TrialError as exc:
             if exc.kind is ErrorKind.REWARD_MISSING:
                 detail = _tail(result.stderr) or _tail(result.stdout)

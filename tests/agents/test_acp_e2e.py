@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import EXAMPLES, REPO, kept_downloads_dir, sandlot_cmd
+from conftest import EXAMPLES, REPO, kept_downloads_dir, sandlot_cmd, trial_story
 from sandlot.agents.acp_registry import BUILTIN_SPECS
 from sandlot.agents.install import AgentInstallError, install_npm_package
 
@@ -241,7 +241,7 @@ def test_every_example_task_passes(agent, agents_cache, tmp_path, request):
                for p in (tmp_path / "all").glob("*/result.json")}
     assert len(results) == 9
     failed = sorted(name for name, r in results.items() if not r["passed"])
-    assert not failed, failed
+    assert not failed, "\n".join(trial_story(tmp_path / "all" / name) for name in failed)
 
 
 @pytest.mark.parametrize(("agent", "wire", "endpoint"), [

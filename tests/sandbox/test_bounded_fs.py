@@ -13,6 +13,7 @@ from sandlot.sandbox.bounded_fs import (
     CapExceeded,
     WalkLimits,
     exists_inside,
+    export_tree,
     read_regular,
     walk,
 )
@@ -129,3 +130,33 @@ def test_the_upper_walk_classifies_changes_and_stops_at_a_cap(tmp_path: Path) ->
     deep_tree(upper, 300)
     with pytest.raises(CapExceeded):
         walk_upper(upper, [base], set())
+
+
+def test_an_export_copies_plain_data_and_lists_what_it_left_out(tmp_path: Path) -> None:
+    src, dest = tmp_path / "src", tmp_path / "dest"
+    (src / "sub").mkdir(parents=True)
+    (src / "sub" / "log.txt").write_text("hello")
+    (src / "tool").write_text("#!/bin/sh\n")
+    (src / "tool").chmod(0o4755)
+    (src / "big.bin").write_bytes(b"z" * 5000)
+    (src / "host").symlink_to("/etc/hostname")
+    os.mkfifo(src / "fifo")
+    report = export_tree(src, dest, max_bytes=1000)
+    assert (dest / "sub" / "log.txt").read_text() == "hello"
+    assert (dest / "tool").stat().st_mode & 0o7777 == 0o755  # no setuid out of a sandbox
+    assert (dest / "host").read_text() == "[a symlink in the sandbox, to /etc/hostname]\n"
+    assert not (dest / "big.bin").exists() and not (dest / "fifo").exists()
+    assert report.files == 2 and report.bytes == len("hello") + len("#!/bin/sh\n")
+    notes = report.summary()
+    assert "/big.bin: 5000 bytes, past the 1000-byte cap" in notes
+    assert "/fifo: not a regular file" in notes
+
+
+def test_an_export_of_a_tree_too_deep_keeps_what_it_copied_and_says_where_it_stopped(
+        tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    deep_tree(src, 400)
+    report = export_tree(src, tmp_path / "dest", max_bytes=10_000)
+    assert "stopped: folders nested deeper than 256" in report.summary()
+    assert (tmp_path / "dest" / ("d/" * 200)).is_dir()  # what it copied stays

@@ -23,6 +23,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from conftest import trial_story
+
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples" / "tasks"
 SOLVER = REPO / "examples" / "scripted" / "solver"
@@ -107,7 +109,7 @@ def build_example_jobs(base: Path, cache_dir: Path) -> Path:
     for name, proc in procs.items():
         out, _ = proc.communicate(timeout=600)
         assert proc.returncode == 0, f"job {name}: {out}"
-    surprises = [_trial_story(trial) for name, passing in expected_passing().items()
+    surprises = [trial_story(trial) for name, passing in expected_passing().items()
                  for trial in sorted((jobs / name).glob("*__*"))
                  if _passed(trial) != (trial.name.split("__")[0] in passing)]
     assert not surprises, "trials that did not end as their script intends:\n" + "\n".join(
@@ -125,22 +127,6 @@ def expected_passing() -> dict[str, set[str]]:
 def _passed(trial: Path) -> bool:
     result = trial / "result.json"
     return result.is_file() and bool(json.loads(result.read_text()).get("passed"))
-
-
-def _trial_story(trial: Path) -> str:
-    """What a failure message needs to explain a trial: its result and the ends of its logs."""
-    parts = [f"--- {trial.parent.name}/{trial.name}"]
-    result = trial / "result.json"
-    if result.is_file():
-        data = json.loads(result.read_text())
-        parts.append("result: " + json.dumps({k: data.get(k) for k in (
-            "reward", "rewards", "passed", "error", "integrity", "verifier_exit_code")}))
-    for name in ("trial.log", "verifier/test_stdout.txt",
-                 "verifier/test_stderr.txt", "agent/builtin_trajectory.jsonl"):
-        path = trial / name
-        if path.is_file():
-            parts.append(f"{name}: {path.read_text(errors='replace')[-1500:]}")
-    return "\n".join(parts)
 
 
 # ---------------------------------------------------------------- synthetic jobs

@@ -19,7 +19,7 @@ import os
 import stat
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from sandlot.errors import Unverifiable
@@ -47,10 +47,17 @@ DEFAULT_WALK_LIMITS = WalkLimits()
 
 @dataclass(frozen=True)
 class Entry:
-    """One entry of a walk: its path inside the root ("/a/b") and its lstat."""
+    """One entry of a walk: its path inside the root ("/a/b"), its lstat, and its
+    folder's descriptor (valid only until the walk goes on: open or readlink the entry
+    by `name` relative to it, never by path)."""
 
     path: str
     stat: os.stat_result
+    dir_fd: int
+
+    @property
+    def name(self) -> str:
+        return self.path.rsplit("/", 1)[1]
 
     @property
     def is_dir(self) -> bool:
@@ -87,7 +94,7 @@ def walk(root: Path, limits: WalkLimits = DEFAULT_WALK_LIMITS) -> Iterator[Entry
                 raise CapExceeded(f"more than {limits.max_entries} entries", path)
             if count % 1024 == 0 and time.monotonic() > deadline:
                 raise CapExceeded(f"a walk longer than {limits.max_seconds:g}s", path)
-            yield Entry(path, st)
+            yield Entry(path, st, fd)
             if not stat.S_ISDIR(st.st_mode):
                 continue
             if len(stack) >= limits.max_depth:
@@ -193,3 +200,82 @@ def exists_inside(root: Path, path: str) -> bool:
         for fd in fds:
             with contextlib.suppress(OSError):
                 os.close(fd)
+
+
+#: At most this many notes of what an export left out (then a count of the rest).
+_MAX_NOTES = 50
+
+
+@dataclass
+class Export:
+    """What export_tree copied, and what it left out and why."""
+
+    files: int = 0
+    bytes: int = 0
+    notes: list[str] = field(default_factory=list)
+    left_out: int = 0
+
+    def note(self, text: str) -> None:
+        self.left_out += 1
+        if len(self.notes) < _MAX_NOTES:
+            self.notes.append(text)
+
+    def summary(self) -> str:
+        """The notes as lines, for a file beside the copy."""
+        more = self.left_out - len(self.notes)
+        return "".join(f"{n}\n" for n in self.notes) + (f"... and {more} more\n" if more else "")
+
+
+def export_tree(src: Path, dest: Path, max_bytes: int,
+                limits: WalkLimits = DEFAULT_WALK_LIMITS) -> Export:
+    """Copy the agent's folder `src` (its last component not followed) to `dest` as
+    plain data, at most `max_bytes` of file contents: folders and regular files (mode
+    bits 0o755 at most, no setuid), every link a note of its target, FIFOs, sockets and
+    devices left out, a file past the budget left out whole. What was left out is in the
+    returned Export's notes; a walk cap stops the copy there (what was copied stays)."""
+    report = Export()
+    dest.mkdir(parents=True, exist_ok=True)
+    try:
+        for entry in walk(src, limits):
+            target = dest / entry.path.lstrip("/")
+            try:
+                _export_entry(entry, target, max_bytes, report)
+            except OSError as exc:
+                report.note(f"{entry.path}: {exc.strerror or exc}; not copied")
+    except CapExceeded as exc:
+        report.note(f"stopped: {exc}")
+    except OSError as exc:
+        report.note(f"{src.name}: {exc.strerror or exc}; nothing copied")
+    return report
+
+
+def _export_entry(entry: Entry, target: Path, max_bytes: int, report: Export) -> None:
+    mode = entry.stat.st_mode
+    if stat.S_ISDIR(mode):
+        target.mkdir(exist_ok=True)
+    elif stat.S_ISLNK(mode):
+        link = os.readlink(entry.name, dir_fd=entry.dir_fd)
+        target.write_text(f"[a symlink in the sandbox, to {link}]\n")
+    elif not stat.S_ISREG(mode):
+        report.note(f"{entry.path}: not a regular file; not copied")
+    elif report.bytes + entry.stat.st_size > max_bytes:
+        report.note(f"{entry.path}: {entry.stat.st_size} bytes, past the {max_bytes}-byte "
+                    "cap; not copied")
+    else:
+        fd = os.open(entry.name, _FILE_FLAGS, dir_fd=entry.dir_fd)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return  # swapped meanwhile
+            left = max_bytes - report.bytes
+            with open(target, "wb") as out:
+                while left > 0:
+                    chunk = os.read(fd, min(left, 1 << 20))
+                    if not chunk:
+                        break
+                    out.write(chunk)
+                    left -= len(chunk)
+                    report.bytes += len(chunk)
+            target.chmod(entry.stat.st_mode & 0o755)
+            report.files += 1
+        finally:
+            os.close(fd)
