@@ -55,6 +55,7 @@ from sandlot.sandbox.procutil import (
     die_with_sandlot,
     wait_exited,
 )
+from sandlot.sandbox.seccomp import NoFilterForMachine, key_management_filter
 
 #: Host paths every sandbox sees as empty folders: no host secrets, no host HOME.
 DEFAULT_MASKS = ("/root", "/home", "/tmp", "/var/tmp", "/run", "/mnt", "/media", "/srv",
@@ -86,6 +87,9 @@ OUTPUT_GRACE_SEC = 0.25
 #: The environment of the nsenter/bwrap launcher: nothing of sandlot's own (bwrap's init
 #: is PID 1 inside, and /proc/1/environ is readable there). Commands get --setenv only.
 LAUNCH_ENV = {"PATH": DEFAULT_PATH}
+#: Files of /proc that show the host whatever the namespaces: each reads as empty.
+PROC_MASKS = ("/proc/keys", "/proc/key-users", "/proc/kcore", "/proc/timer_list",
+              "/proc/sched_debug", "/proc/latency_stats")
 REQUIRED_TOOLS = ("bwrap", "unshare", "nsenter", "mount", "setpriv")
 INSTALL_HINT = ("install it with: apt-get install -y bubblewrap slirp4netns util-linux "
                 "nftables e2fsprogs")
@@ -828,6 +832,11 @@ class LocalSandbox:
                 "--ro-bind", "/proc/sys", "/proc/sys",
                 "--ro-bind-try", "/proc/sysrq-trigger", "/proc/sysrq-trigger",
                 "--ro-bind", "/sys", "/sys", "--tmpfs", "/sys/class/net"]
+        # Host-wide state /proc shows whatever the namespaces (Docker masks the same):
+        # the names of the host's keys, kernel memory, timers and scheduler internals.
+        for path in PROC_MASKS:
+            if os.path.exists(path):  # the same kernel: bwrap cannot create one there
+                argv += ["--ro-bind", "/dev/null", path]
         for host, inside in binds.items():
             argv += ["--bind", host, inside]
         return argv
@@ -879,20 +888,24 @@ class LocalSandbox:
                 *self._process_args(self._env(None), self.spec.workdir)]
         args_file = self.scratch / "container.args"
         args_file.write_bytes(b"".join(a.encode() + b"\0" for a in args))
+        filter_fd = self._open_syscall_filter()
         fd = os.open(args_file, os.O_RDONLY)
         outer_ns = os.open(f"/proc/{self._outer_pid}/ns/pid", os.O_RDONLY)
         try:
             with (self.scratch / "container.log").open("wb") as log:
                 self._container = await asyncio.create_subprocess_exec(
                     *die_with_sandlot([*enter, "bwrap", "--pidns", str(outer_ns), "--args",
-                                       str(fd), "--as-pid-1", "--", *self._pid_one_command()]),
+                                       str(fd), "--seccomp", str(filter_fd), "--as-pid-1",
+                                       "--", *self._pid_one_command()]),
                     stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=log,
-                    env=LAUNCH_ENV, start_new_session=True, pass_fds=(fd, outer_ns))
+                    env=LAUNCH_ENV, start_new_session=True,
+                    pass_fds=(fd, outer_ns, filter_fd))
         except OSError as exc:
             raise SandboxError(f"cannot start the sandbox's container: {exc}") from exc
         finally:
             os.close(fd)
             os.close(outer_ns)
+            os.close(filter_fd)
         self._init_pid = await self._find_pid_one(self._container, "the sandbox's container",
                                                   running_child=not self.spec.entrypoint)
         if self.spec.entrypoint:
@@ -996,7 +1009,8 @@ class LocalSandbox:
     # -- exec ------------------------------------------------------------------------------
 
     def _exec_argv(self, command: list[str], env: dict[str, str], cwd: str, user: str | None,
-                   mounts: dict[str, Path] | None, pidns_fd: int) -> list[str]:
+                   mounts: dict[str, Path] | None, pidns_fd: int,
+                   filter_fd: int) -> list[str]:
         """A command in the container: its PID, IPC, UTS and network namespaces; its own
         mount namespace (the same root, plus `mounts` only it sees)."""
         assert self._holder is not None and self._init_pid is not None
@@ -1006,7 +1020,8 @@ class LocalSandbox:
         argv = ["nsenter", f"--pid=/proc/{holder}/ns/pid_for_children",
                 f"--mount=/proc/{holder}/ns/mnt", f"--net=/proc/{holder}/ns/net",
                 f"--ipc=/proc/{init}/ns/ipc", f"--uts=/proc/{init}/ns/uts",
-                "bwrap", "--pidns", str(pidns_fd), *self._mount_args(self._binds(mounts)),
+                "bwrap", "--pidns", str(pidns_fd), "--seccomp", str(filter_fd),
+                *self._mount_args(self._binds(mounts)),
                 "--unshare-cgroup-try", *self._process_args(env, cwd), "--"]
         if user is not None:
             # Looked up inside: the Dockerfile (or sandlot.sandbox.users) may add users.
@@ -1064,20 +1079,37 @@ class LocalSandbox:
             pidns_fd = os.open(f"/proc/{pid_one}/ns/pid", os.O_RDONLY)
         except OSError as exc:
             raise SandboxError(f"the sandbox's container is gone: {exc}") from exc
+        try:
+            filter_fd = self._open_syscall_filter()
+        except BaseException:
+            os.close(pidns_fd)
+            raise
         full = self._exec_argv(command, self._env(env, user), cwd or self.spec.workdir, user,
-                               mounts, pidns_fd)
+                               mounts, pidns_fd, filter_fd)
         try:
             return await asyncio.create_subprocess_exec(
                 *die_with_sandlot(full, cgroups.procs_files if cgroups else None),
                 stdin=asyncio.subprocess.PIPE if stdin_pipe else asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
                 limit=stream_limit, env=LAUNCH_ENV, start_new_session=True,
-                pass_fds=(pidns_fd,),
+                pass_fds=(pidns_fd, filter_fd),
             )
         except OSError as exc:
             raise SandboxError(f"cannot start bwrap: {exc}") from exc
         finally:
             os.close(pidns_fd)
+            os.close(filter_fd)
+
+    def _open_syscall_filter(self) -> int:
+        """A fresh descriptor of the sandbox's syscall filter (seccomp.py) for one bwrap,
+        which reads it from the start."""
+        path = self.scratch / "seccomp.bpf"
+        if not path.exists():
+            try:
+                path.write_bytes(key_management_filter())
+            except NoFilterForMachine as exc:
+                raise SandboxError(str(exc)) from exc
+        return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
 
     @override
     async def exec(
