@@ -248,6 +248,10 @@ def run(
         help="Let tasks with network reach private ranges (10/8, 172.16/12, 192.168/16: a "
         "mirror on the LAN). The host itself and 169.254.169.254 stay unreachable.")] = False,
     sandbox: Annotated[str, typer.Option(help="Sandbox backend: local or docker.")] = "local",
+    max_copy_out_mb: Annotated[int, typer.Option(
+        min=1, help="The most MB of what the agent left (workspace diff, /logs/agent, "
+        "/logs/verifier) copied into each trial's folder; the rest is listed as left "
+        "out.")] = 100,
     force_build: Annotated[bool, typer.Option(
         "--force-build",
         help="Rebuild task images instead of reusing cached ones (docker backend).")] = False,
@@ -343,7 +347,7 @@ def run(
         allow_private_network=allow_private_network,
         api_base=api_base, max_turns=max_turns, repair_attempts=repair_attempts,
         repair_template=template_text, redact_env=_redact_names(redact_env),
-        sandbox=sandbox, jobs_dir=str(jobs_root),
+        sandbox=sandbox, max_copy_out_mb=max_copy_out_mb, jobs_dir=str(jobs_root),
         task_digests={t.name: hash_tree(t.path) for t in tasks},
     )
     try:

@@ -198,7 +198,8 @@ async def run_job(config: JobConfig, tasks: list[Task], backend: SandboxBackend,
                              repair_attempts=config.repair_attempts,
                              repair_template=config.repair_template,
                              cache_dir=cache_dir, agent_version=config.agent_version,
-                             redactions=secrets_from_env(config.redact_env))
+                             redactions=secrets_from_env(config.redact_env),
+                             copy_out_max_bytes=config.max_copy_out_mb * 1024 * 1024)
     verifier = ScriptVerifier()
     slots = asyncio.Semaphore(config.n_concurrent)
 

@@ -56,6 +56,10 @@ class JobConfig(BaseModel):
         default=False, description="Outbound phases may reach private ranges (a LAN mirror); "
         "the host's own addresses and link-local stay out of reach.")
     sandbox: str = Field(default="local", description="Sandbox backend name.")
+    max_copy_out_mb: int = Field(
+        default=100, ge=1, description="The most of the agent's files (workspace diff, "
+        "/logs/agent, /logs/verifier) copied into each trial's folder; the rest is listed "
+        "as left out.")
     jobs_dir: str = Field(description="Absolute path of the jobs folder.")
     task_digests: dict[str, str] = Field(
         default_factory=dict, description="Content digest of each task folder, to spot edits.")

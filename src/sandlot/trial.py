@@ -86,6 +86,8 @@ class TrialSettings:
     agent_version: str | None = None
     #: Secrets the user marked (--redact-env): name -> value, scrubbed from the trial's files.
     redactions: dict[str, str] = field(default_factory=dict)
+    #: The most of the agent's files copied into the trial folder, in all (--max-copy-out-mb).
+    copy_out_max_bytes: int = 100 * 1024 * 1024
 
 
 class _PhaseClock:
@@ -191,6 +193,8 @@ class _Trial:
         self.session: Any = None
         self.ctx: AgentContext | None = None
         self.started = time.monotonic()
+        #: Bytes of the agent's files that may still be copied into the trial folder.
+        self.copy_budget = settings.copy_out_max_bytes
 
     async def run(self) -> TrialResult:
         cancelled: asyncio.CancelledError | None = None
@@ -347,10 +351,13 @@ class _Trial:
             raise
 
     async def _collect(self, sandbox: Sandbox) -> None:
-        """What the agent changed and logged, kept in the trial folder before scoring."""
-        await _record_workspace_diff(sandbox, self.task.workdir, self.plan.dir / "agent",
-                                     self.clock)
-        await _collect_agent_logs(sandbox, self.plan.dir, self.clock)
+        """What the agent changed and logged, kept in the trial folder before scoring,
+        within the trial's copy-out budget (the verifier's logs get what is left)."""
+        self.copy_budget -= await _record_workspace_diff(
+            sandbox, self.task.workdir, self.plan.dir / "agent", self.clock,
+            min(WORKSPACE_DIFF_MAX_BYTES, self.copy_budget))
+        self.copy_budget -= await _collect_agent_logs(
+            sandbox, self.plan.dir, self.clock, min(AGENT_LOGS_MAX_BYTES, self.copy_budget))
 
     async def _verify(self, sandbox: Sandbox) -> None:
         """Planted hooks neutralised, then the task's tests score what the agent left."""
@@ -369,7 +376,8 @@ class _Trial:
                                    "verification")
                 verdict = await self.verifier.verify(
                     sandbox, self.task, self.plan.dir / "verifier",
-                    self.task.config.verifier.timeout_sec * self.mult)
+                    self.task.config.verifier.timeout_sec * self.mult,
+                    logs_max_bytes=max(0, self.copy_budget))
         except SandboxDiskFull as exc:
             # The agent filled its disk (storage_mb) so full that the tests cannot be
             # copied in: its own failure, scored 0. Errored instead, the trial would
@@ -483,43 +491,46 @@ async def _prepare_users(sandbox: Sandbox, task: Task, clock: _PhaseClock) -> No
                              f"{task.agent_user}: {result.stderr.strip()[-300:]}", "setup")
 
 
-#: The most of /logs/agent kept in the trial folder (a bigger one is left out, with a note).
+#: The most of /logs/agent kept in the trial folder (the rest is listed as left out).
 AGENT_LOGS_MAX_BYTES = 50 * 1024 * 1024
+#: The most of the workspace diff kept (a longer one ends in a note).
+WORKSPACE_DIFF_MAX_BYTES = 1_000_000
 
 
-async def _collect_agent_logs(sandbox: Sandbox, trial_dir: Path, clock: _PhaseClock) -> None:
+async def _collect_agent_logs(sandbox: Sandbox, trial_dir: Path, clock: _PhaseClock,
+                              max_bytes: int) -> int:
     """What the agent wrote to /logs/agent (Harbor's place for an agent's own logs), as
-    plain files in agent/logs/ of the trial folder, at most AGENT_LOGS_MAX_BYTES; what
-    was left out is listed in agent/logs-left-out.txt."""
+    plain files in agent/logs/ of the trial folder, at most `max_bytes`; what was left
+    out is listed in agent/logs-left-out.txt. Returns the bytes copied."""
     dest = trial_dir / "agent" / "logs"
     try:
         try:
             source = Path(sandbox.host_path("/logs/agent"))  # type: ignore[attr-defined]
         except (AttributeError, SandboxError):
             # No host view of this sandbox (an engine on another machine): its download.
-            await _download_agent_logs(sandbox, trial_dir, clock)
-            return
-        export = await asyncio.to_thread(export_tree, source, dest, AGENT_LOGS_MAX_BYTES)
+            return await _download_agent_logs(sandbox, trial_dir, clock, max_bytes)
+        export = await asyncio.to_thread(export_tree, source, dest, max_bytes)
     except (SandboxError, OSError) as exc:
         clock.log(f"collecting /logs/agent failed: {exc}")
-        return
+        return 0
     if export.notes:
         write_atomic(trial_dir / "agent" / "logs-left-out.txt", export.summary())
         clock.log(f"/logs/agent: {export.left_out} entries left out (agent/logs-left-out.txt)")
     with contextlib.suppress(OSError):
         dest.rmdir()  # only if nothing was there
+    return export.bytes
 
 
-async def _download_agent_logs(sandbox: Sandbox, trial_dir: Path, clock: _PhaseClock) -> None:
+async def _download_agent_logs(sandbox: Sandbox, trial_dir: Path, clock: _PhaseClock,
+                               max_bytes: int) -> int:
     size = await sandbox.exec(["du", "-sb", "/logs/agent"], timeout_sec=60)
     try:
         total = int(size.stdout.split()[0]) if size.exit_code == 0 else 0
     except (ValueError, IndexError):
         total = 0
-    if total > AGENT_LOGS_MAX_BYTES:
-        clock.log(f"/logs/agent holds {total} bytes, over {AGENT_LOGS_MAX_BYTES}: "
-                  "not collected")
-        return
+    if total > max_bytes:
+        clock.log(f"/logs/agent holds {total} bytes, over {max_bytes}: not collected")
+        return 0
     staging = trial_dir / ".agent-logs.tmp"
     remove_tree(staging, ignore_errors=True)
     try:
@@ -528,21 +539,25 @@ async def _download_agent_logs(sandbox: Sandbox, trial_dir: Path, clock: _PhaseC
             await asyncio.to_thread(copy_out, staging, trial_dir / "agent" / "logs")
     finally:
         remove_tree(staging, ignore_errors=True)
+    return total
 
 
 async def _record_workspace_diff(sandbox: Any, workdir: str, out_dir: Path,
-                                 clock: _PhaseClock) -> None:
-    """agent/workspace.diff: what the agent changed in its workdir (backends that can)."""
+                                 clock: _PhaseClock, max_bytes: int) -> int:
+    """agent/workspace.diff: what the agent changed in its workdir (backends that can),
+    about `max_bytes` at most. Returns the bytes written."""
     diff = getattr(sandbox, "diff", None)
     if diff is None:
-        return
+        return 0
     try:
-        text = await diff(workdir)
+        text = await diff(workdir, max_bytes=max_bytes)
     except Exception as exc:
         clock.log(f"workspace diff failed: {exc}")
-        return
+        return 0
     out_dir.mkdir(parents=True, exist_ok=True)
-    write_atomic(out_dir / "workspace.diff", text)
+    data = text.encode(errors="replace")
+    write_atomic(out_dir / "workspace.diff", data)
+    return len(data)
 
 
 async def _close_agent(agent: Any, ctx: AgentContext, clock: _PhaseClock) -> None:

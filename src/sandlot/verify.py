@@ -54,7 +54,8 @@ class Verifier(Protocol):
 
     async def verify(self, sandbox: Sandbox, task: Task, out_dir: Path,
                      timeout_sec: float, *, network: Network | None = None,
-                     feedback: bool = False) -> Verdict: ...
+                     feedback: bool = False,
+                     logs_max_bytes: int = VERIFIER_LOGS_MAX_BYTES) -> Verdict: ...
 
 
 def _tail(text: str) -> str:
@@ -159,16 +160,19 @@ class ScriptVerifier:
     @override
     async def verify(self, sandbox: Sandbox, task: Task, out_dir: Path,
                      timeout_sec: float, *, network: Network | None = None,
-                     feedback: bool = False) -> Verdict:
+                     feedback: bool = False,
+                     logs_max_bytes: int = VERIFIER_LOGS_MAX_BYTES) -> Verdict:
         staging = Path(tempfile.mkdtemp(prefix="sandlot-verify-"))
         try:
             return await self._verify(sandbox, task, out_dir, timeout_sec,
-                                      network or self.network, staging)
+                                      network or self.network, staging,
+                                      min(logs_max_bytes, VERIFIER_LOGS_MAX_BYTES))
         finally:
             await asyncio.to_thread(remove_tree, staging, ignore_errors=True)
 
     async def _verify(self, sandbox: Sandbox, task: Task, out_dir: Path,
-                      timeout_sec: float, network: Network, staging: Path) -> Verdict:
+                      timeout_sec: float, network: Network, staging: Path,
+                      logs_max_bytes: int) -> Verdict:
         tests, logs = staging / "tests", staging / "logs"
         await asyncio.to_thread(shutil.copytree, task.tests_dir, tests, symlinks=True)
         logs.mkdir()
@@ -185,8 +189,7 @@ class ScriptVerifier:
         write_atomic(out_dir / "test_stdout.txt", result.stdout)
         write_atomic(out_dir / "test_stderr.txt", result.stderr)
         remove_tree(out_dir / "logs", ignore_errors=True)
-        export = await asyncio.to_thread(export_tree, logs, out_dir / "logs",
-                                         VERIFIER_LOGS_MAX_BYTES)
+        export = await asyncio.to_thread(export_tree, logs, out_dir / "logs", logs_max_bytes)
         if export.notes:
             write_atomic(out_dir / "logs-left-out.txt", export.summary())
         if result.timed_out:

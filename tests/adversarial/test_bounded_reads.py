@@ -159,3 +159,28 @@ def test_honest_big_deep_and_odd_files_pass(bounded_job):
     assert result["error"] is None, result["error"]
     assert result["passed"], json.dumps(result, indent=1)[:3000]
     assert result["integrity"] is None
+
+
+def test_what_is_copied_out_of_a_trial_stays_within_its_budget(cache_dir, tmp_path):
+    """30 MB in /logs/agent and 12 MB more that test.sh leaves in /logs/verifier, under
+    --max-copy-out-mb 10: at most 10 MB reach the trial folder, the rest is listed as left
+    out, and the reward (a small file) is still read."""
+    write_task(tmp_path / "tasks", "big-logs", instruction="""
+        for i in 1 2 3; do head -c 10000000 /dev/zero > /logs/agent/part$i.log; done
+        echo 42 > /app/answer.txt
+        """, test_sh="""
+        head -c 12000000 /dev/zero > /logs/verifier/dump.bin
+        """ + TEST_SH)
+    proc = subprocess.run(sandlot_cmd(
+        "run", str(tmp_path / "tasks"), "--agent", SHELL_AGENT, "--jobs-dir",
+        str(tmp_path / "jobs"), "--job-name", "c", "--max-copy-out-mb", "10"),
+        capture_output=True, text=True, timeout=240, env=cli_env(cache_dir))
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    trial_dir = tmp_path / "jobs" / "c" / "big-logs__1"
+    assert load(trial_dir / "result.json")["passed"]
+    copied = sum(p.stat().st_size for p in trial_dir.rglob("*")
+                 if p.is_file() and p.parent.name == "logs")
+    assert 0 < copied <= 10 * 1024 * 1024
+    left_out = (trial_dir / "agent" / "logs-left-out.txt").read_text()
+    assert "past the" in left_out
+    assert "dump.bin" in (trial_dir / "verifier" / "logs-left-out.txt").read_text()
