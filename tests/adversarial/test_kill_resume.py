@@ -76,6 +76,11 @@ def outcome(result: dict) -> tuple:
             result["error"]["kind"] if result["error"] else None)
 
 
+def _error_of(trial: Path) -> object:
+    path = trial / "result.json"
+    return json.loads(path.read_text())["error"] if path.is_file() else "no result.json"
+
+
 def _verifier_output(trial: Path) -> str:
     """The end of test.sh's output and of the trial's log, for a failure message."""
     parts = []
@@ -183,12 +188,15 @@ def _kill_and_resume(tmp_path: Path, record, ours: set[int]) -> None:
     expected = load(jobs / "baseline" / "summary.json")
     base_results = {p.parent.name: outcome(load(p))
                     for p in (jobs / "baseline").glob("*/result.json")}
-    # Trial by trial first: a difference names the trial, its error and test.sh's output
-    # (seen once under the full suite: one trial reward_missing after the kills).
-    differ = {n: (outcome(json.loads(raw)), base_results.get(n), json.loads(raw)["error"],
-                  _verifier_output(job / n), n in kept)
-              for n, raw in now.items() if outcome(json.loads(raw)) != base_results.get(n)}
-    assert not differ, differ
+    # Trial by trial first: a difference names the trial, both errors and the ends of
+    # both trials' logs (seen once under the full suite: one trial reward_missing after
+    # the kills; once in 20 repeats: a baseline trial sandbox_setup_failed).
+    differ = [f"{n} (kept before the final run: {n in kept}): job {outcome(json.loads(raw))}"
+              f" {json.loads(raw)['error']}\n{_verifier_output(job / n)}\nbaseline "
+              f"{base_results.get(n)} {_error_of(jobs / 'baseline' / n)}\n"
+              f"{_verifier_output(jobs / 'baseline' / n)}"
+              for n, raw in now.items() if outcome(json.loads(raw)) != base_results.get(n)]
+    assert not differ, "\n\n".join(differ)
     assert {f: summary[f] for f in SUMMARY_FIELDS} == {f: expected[f] for f in SUMMARY_FIELDS}
 
     # Nothing left: processes, cgroups of any killed run, scratch and build folders.

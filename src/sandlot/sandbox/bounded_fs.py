@@ -166,18 +166,21 @@ def _read_capped(fd: int, path: str, max_bytes: int) -> bytes | None:
     # Its length, not its blocks: a sparse file reads as its whole length of zeros.
     if st.st_size > max_bytes:
         raise CapExceeded(f"a file of {st.st_size} bytes (more than {max_bytes})", path)
-    chunks: list[bytes] = []
-    left = max_bytes + 1
-    while left > 0:
-        chunk = os.read(fd, min(left, 1 << 20))
-        if not chunk:
-            break
-        chunks.append(chunk)
-        left -= len(chunk)
-    data = b"".join(chunks)
+    data = b"".join(_chunks(fd, max_bytes + 1))
     if len(data) > max_bytes:  # it grew meanwhile
         raise CapExceeded(f"a file of more than {max_bytes} bytes", path)
     return data
+
+
+def _chunks(fd: int, limit: int) -> Iterator[bytes]:
+    """At most `limit` bytes of `fd`, a MiB at a time (a file that grows while it is
+    read yields no more than `limit`)."""
+    while limit > 0:
+        chunk = os.read(fd, min(limit, 1 << 20))
+        if not chunk:
+            return
+        limit -= len(chunk)
+        yield chunk
 
 
 def exists_inside(root: Path, path: str) -> bool:
@@ -266,14 +269,9 @@ def _export_entry(entry: Entry, target: Path, max_bytes: int, report: Export) ->
         try:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
                 return  # swapped meanwhile
-            left = max_bytes - report.bytes
             with open(target, "wb") as out:
-                while left > 0:
-                    chunk = os.read(fd, min(left, 1 << 20))
-                    if not chunk:
-                        break
+                for chunk in _chunks(fd, max_bytes - report.bytes):
                     out.write(chunk)
-                    left -= len(chunk)
                     report.bytes += len(chunk)
             target.chmod(entry.stat.st_mode & 0o755)
             report.files += 1
