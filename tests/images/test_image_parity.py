@@ -10,6 +10,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from registry_support import (
@@ -49,6 +50,19 @@ def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry]:
 
 
 @pytest.mark.slow
+def run_on_both(run_cli: Any, tasks: Path, tmp_path: Path, timeout: float,
+                ) -> Iterator[tuple[str, Path]]:
+    """The oracle on `tasks` on each backend, images pulled or refused (strict); yields
+    each backend's name and its job folder."""
+    for sandbox in ("local", "docker"):
+        jobs = tmp_path / f"jobs-{sandbox}"
+        proc = run_cli("run", str(tasks), "-a", "oracle", "--sandbox", sandbox,
+                       "--jobs-dir", str(jobs), "--job-name", sandbox,
+                       "--image-policy", "strict", timeout=timeout)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        yield sandbox, jobs / sandbox
+
+
 def test_the_same_image_runs_on_the_local_sandbox_and_in_the_engine(
         registry, make_task, run_cli, tmp_path):
     engine = engine_or_skip()
@@ -67,13 +81,8 @@ def test_the_same_image_runs_on_the_local_sandbox_and_in_the_engine(
         """)
     seen: dict[str, tuple[str, str]] = {}
     try:
-        for sandbox in ("local", "docker"):
-            jobs = tmp_path / f"jobs-{sandbox}"
-            proc = run_cli("run", str(task.parent), "-a", "oracle", "--sandbox", sandbox,
-                           "--jobs-dir", str(jobs), "--job-name", sandbox,
-                           "--image-policy", "strict", timeout=900)
-            assert proc.returncode == 0, proc.stdout + proc.stderr
-            trial = jobs / sandbox / "parity__1"
+        for sandbox, job in run_on_both(run_cli, task.parent, tmp_path, timeout=900):
+            trial = job / "parity__1"
             result = json.loads((trial / "result.json").read_text())
             assert result["reward"] == 1.0, (sandbox, result["error"])
             assert result["environment"] == {"base": "image", "image": reference,
@@ -113,15 +122,10 @@ def test_a_prebuilt_image_runs_as_it_is_in_its_own_workdir_on_both_backends(
     (task / "environment" / "Dockerfile").unlink()
     (task / "environment" / "extra.txt").write_text("from environment/\n")
     try:
-        for sandbox in ("local", "docker"):
-            jobs = tmp_path / f"jobs-{sandbox}"
-            proc = run_cli("run", str(task.parent), "-a", "oracle", "--sandbox", sandbox,
-                           "--jobs-dir", str(jobs), "--job-name", sandbox,
-                           "--image-policy", "strict", timeout=600)
-            assert proc.returncode == 0, proc.stdout + proc.stderr
-            result = json.loads((jobs / sandbox / "prebuilt__1" / "result.json").read_text())
+        for sandbox, job in run_on_both(run_cli, task.parent, tmp_path, timeout=600):
+            result = json.loads((job / "prebuilt__1" / "result.json").read_text())
             assert result["reward"] == 1.0, (sandbox, result["error"],
-                                             (jobs / sandbox / "prebuilt__1" / "verifier"
+                                             (job / "prebuilt__1" / "verifier"
                                               / "test_stderr.txt").read_text())
             assert result["environment"] == {"base": "image", "image": reference,
                                              "digest": digest, "workdir": "/srv/work"}
@@ -150,13 +154,8 @@ def test_the_base_images_user_and_workdir_hold_where_the_dockerfile_sets_none(
         echo 1 > /logs/verifier/reward.txt
         """)
     try:
-        for sandbox in ("local", "docker"):
-            jobs = tmp_path / f"jobs-{sandbox}"
-            proc = run_cli("run", str(task.parent), "-a", "oracle", "--sandbox", sandbox,
-                           "--jobs-dir", str(jobs), "--job-name", sandbox,
-                           "--image-policy", "strict", timeout=600)
-            assert proc.returncode == 0, proc.stdout + proc.stderr
-            trial = jobs / sandbox / "runner__1"
+        for sandbox, job in run_on_both(run_cli, task.parent, tmp_path, timeout=600):
+            trial = job / "runner__1"
             result = json.loads((trial / "result.json").read_text())
             assert result["reward"] == 1.0, (sandbox, result["error"])
             got = (trial / "verifier" / "logs" / "got.txt").read_text().split()
@@ -190,13 +189,8 @@ def test_a_multi_stage_build_gives_the_same_files_on_both_backends(
         """)
     seen = {}
     try:
-        for sandbox in ("local", "docker"):
-            jobs = tmp_path / f"jobs-{sandbox}"
-            proc = run_cli("run", str(task.parent), "-a", "oracle", "--sandbox", sandbox,
-                           "--jobs-dir", str(jobs), "--job-name", sandbox,
-                           "--image-policy", "strict", timeout=600)
-            assert proc.returncode == 0, proc.stdout + proc.stderr
-            trial = jobs / sandbox / "stages__1"
+        for sandbox, job in run_on_both(run_cli, task.parent, tmp_path, timeout=600):
+            trial = job / "stages__1"
             result = json.loads((trial / "result.json").read_text())
             assert result["reward"] == 1.0, (sandbox, result["error"])
             assert result["environment"]["digest"] == digest
@@ -225,14 +219,9 @@ def test_both_backends_name_an_image_by_the_registrys_digest_whatever_its_format
         make_task(f"format{number}", dockerfile=f"FROM {reference}\nWORKDIR /app\n")
     tasks = tmp_path / "tasks"
     try:
-        for sandbox in ("local", "docker"):
-            jobs = tmp_path / f"jobs-{sandbox}"
-            proc = run_cli("run", str(tasks), "-a", "oracle", "--sandbox", sandbox,
-                           "--jobs-dir", str(jobs), "--job-name", sandbox,
-                           "--image-policy", "strict", timeout=600)
-            assert proc.returncode == 0, proc.stdout + proc.stderr
+        for sandbox, job in run_on_both(run_cli, tasks, tmp_path, timeout=600):
             for number, (reference, digest) in enumerate(references.items()):
-                result = json.loads((jobs / sandbox / f"format{number}__1" / "result.json")
+                result = json.loads((job / f"format{number}__1" / "result.json")
                                     .read_text())
                 assert result["reward"] == 1.0, (sandbox, result["error"])
                 assert result["environment"]["digest"] == digest, (sandbox, reference)
