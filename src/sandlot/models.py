@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, computed_field
+from pydantic import BaseModel, ConfigDict, Field, computed_field, model_validator
 
 from sandlot.errors import AGENT_FAULT_KINDS, Cause, ErrorKind
 
@@ -73,6 +73,40 @@ class ErrorInfo(BaseModel):
         default=None, description="Whose fault: `agent`, `task` (its files or "
         "environment; for a verifier that cannot score, confirmed on a pristine sandbox), "
         "`sandlot` (the harness or the machine; retried) or `user` (cancelled).")
+
+
+IntegrityStatus = Literal["clean", "neutralized", "tampered"]
+
+
+class Integrity(BaseModel):
+    """What sandlot checked of the agent's doing before scoring, and what it found.
+
+    `tampered` fails the trial closed (reward 0, a failure, never an error): what the agent
+    left could not be vouched for. `neutralized` scored the trial after undoing hooks the
+    agent planted for the verifier. `caps_hit` names each copy-out cap that cut what the
+    trial folder keeps (the workspace diff, the agent's or the verifier's logs): the
+    score stands, the evidence is partial.
+    """
+
+    status: IntegrityStatus = Field(
+        default="clean", description="`clean`, `neutralized` (hooks undone, then scored) "
+        "or `tampered` (scored 0 without trusting what the agent left).")
+    reason: str | None = Field(default=None, description="Why `tampered`.")
+    paths: list[str] = Field(
+        default_factory=list, description="The sandbox paths `reason` is about.")
+    neutralized: list[dict[str, str]] = Field(
+        default_factory=list, description="Each hook undone: `path`, `reason`, `action`.")
+    caps_hit: list[str] = Field(
+        default_factory=list, description="Copy-out caps that cut what the trial folder "
+        "keeps, each with where the left-out part is listed.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _status_of_older_results(cls, data: object) -> object:
+        """Results written before the block had a status: `{"neutralized": [...]}`."""
+        if isinstance(data, dict) and "status" not in data:
+            return {**data, "status": "neutralized" if data.get("neutralized") else "clean"}
+        return data
 
 
 def is_scored(kind: ErrorKind | None, phase: str | None, reward: float | None) -> bool:
@@ -159,11 +193,9 @@ class TrialResult(BaseModel):
         default_factory=list,
         description="Repair attempts: each generation, its feedback evaluation, the feedback.")
     repaired: bool = Field(default=False, description="Passed after at least one repair.")
-    integrity: dict[str, object] | None = Field(
-        default=None, description="What sandlot found of the agent's doing before scoring: "
-        "`neutralized`, hooks planted for the verifier and undone; `status: tampered` "
-        "with `reason` and `paths` when what the agent left could not be vouched for "
-        "(a scan past its caps), scored 0.")
+    integrity: Integrity | None = Field(
+        default=None, description="What sandlot checked of the agent's doing before "
+        "scoring (see `Integrity`); null when the trial ended before it was checked.")
     verifier_failure: dict[str, object] | None = Field(
         default=None, description="The verifier could not score what the agent left "
         "(`kind`, `message`) but scored a pristine sandbox of the same environment "
@@ -233,6 +265,17 @@ class JobSummary(BaseModel):
     mean_reward: float | None = Field(description="Mean headline reward of non-errored trials.")
     pass_at_k: dict[str, float] = Field(default_factory=dict)
     errors_by_kind: dict[str, int] = Field(default_factory=dict)
+    errors_by_cause: dict[str, int] = Field(
+        default_factory=dict, description="Errored trials by whose fault (`error.caused_by`: "
+        "agent, task, sandlot, user; `unknown` for results that do not say).")
+    n_tampered: int = Field(
+        default=0, description="Failed trials scored 0 because what the agent left could "
+        "not be vouched for (`integrity.status` tampered); part of n_failed.")
+    n_verifier_broken: int = Field(
+        default=0, description="Failed trials whose verifier could not score what the "
+        "agent left but scored a pristine sandbox (`verifier_failure`); part of n_failed.")
+    n_neutralized: int = Field(
+        default=0, description="Trials scored after hooks the agent planted were undone.")
     roots: dict[str, int] = Field(
         default_factory=dict, description="Trials by what their sandbox's root was (image, "
         "host, host-fallback; result.json `environment.base`): a host-fallback score is "

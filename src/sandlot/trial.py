@@ -33,11 +33,12 @@ from sandlot.healthcheck import wait_healthy
 from sandlot.hostguard import remove_tree
 from sandlot.integrity import neutralize_planted_hooks
 from sandlot.live import TrialLive
-from sandlot.models import ErrorInfo, TrialResult, utc_now
+from sandlot.models import ErrorInfo, Integrity, TrialResult, utc_now
 from sandlot.redact import redact_text, redact_tree
 from sandlot.repair import RepairFailed, RepairSettings, feedback_template, run_with_repairs
 from sandlot.sandbox.base import (
     DescribesEnvironment,
+    DiffsWorkspace,
     EnvironmentRequest,
     Network,
     Sandbox,
@@ -195,6 +196,8 @@ class _Trial:
         self.started = time.monotonic()
         #: Bytes of the agent's files that may still be copied into the trial folder.
         self.copy_budget = settings.copy_out_max_bytes
+        #: Copy-out caps that cut what the trial folder keeps (result.json integrity).
+        self.caps_hit: list[str] = []
 
     async def run(self) -> TrialResult:
         cancelled: asyncio.CancelledError | None = None
@@ -355,14 +358,16 @@ class _Trial:
         within the trial's copy-out budget (the verifier's logs get what is left)."""
         self.copy_budget -= await _record_workspace_diff(
             sandbox, self.task.workdir, self.plan.dir / "agent", self.clock,
-            min(WORKSPACE_DIFF_MAX_BYTES, self.copy_budget))
+            min(WORKSPACE_DIFF_MAX_BYTES, self.copy_budget), self.caps_hit)
         self.copy_budget -= await _collect_agent_logs(
-            sandbox, self.plan.dir, self.clock, min(AGENT_LOGS_MAX_BYTES, self.copy_budget))
+            sandbox, self.plan.dir, self.clock, min(AGENT_LOGS_MAX_BYTES, self.copy_budget),
+            self.caps_hit)
 
     async def _verify(self, sandbox: Sandbox) -> None:
         """Planted hooks neutralised, then the task's tests score what the agent left."""
         self.live.set_phase("verifying…")
         result = self.result
+        result.integrity = Integrity()
         try:
             with _sandbox_failures("verify"):
                 try:
@@ -371,7 +376,7 @@ class _Trial:
                     self._fail_closed(exc.reason, [exc.path])
                     return
                 if neutralized:
-                    result.integrity = {"neutralized": neutralized}
+                    result.integrity = Integrity(status="neutralized", neutralized=neutralized)
                     self.clock.log(f"neutralized {len(neutralized)} planted hook(s) before "
                                    "verification")
                 verdict = await self.verifier.verify(
@@ -450,8 +455,9 @@ class _Trial:
         result = self.result
         result.reward, result.rewards, result.passed = 0.0, {"reward": 0.0}, False
         result.counted_attempt = len(result.attempts) or 1
-        result.integrity = {**(result.integrity or {}), "status": "tampered",
-                            "reason": reason, "paths": paths}
+        before = result.integrity or Integrity()
+        result.integrity = Integrity(status="tampered", reason=reason, paths=paths,
+                                     neutralized=before.neutralized)
         self.clock.log(f"tampered: {reason}" + (f" at {', '.join(paths)}" if paths else "")
                        + "; scored 0")
 
@@ -466,6 +472,10 @@ class _Trial:
             self.live.set_phase("cleaning up…")
             with self.clock.phase("cleanup"):
                 await _stop_shielded(self.sandbox, self.clock)
+        caps = self.caps_hit + _verifier_logs_cut(self.plan.dir)
+        if caps:
+            result.integrity = (result.integrity or Integrity()).model_copy(
+                update={"caps_hit": caps})
         result.timing = {**self.clock.timing,
                          "total": round(time.monotonic() - self.started, 4)}
         result.finished_at = utc_now()
@@ -498,17 +508,19 @@ WORKSPACE_DIFF_MAX_BYTES = 1_000_000
 
 
 async def _collect_agent_logs(sandbox: Sandbox, trial_dir: Path, clock: _PhaseClock,
-                              max_bytes: int) -> int:
+                              max_bytes: int, caps_hit: list[str]) -> int:
     """What the agent wrote to /logs/agent (Harbor's place for an agent's own logs), as
     plain files in agent/logs/ of the trial folder, at most `max_bytes`; what was left
-    out is listed in agent/logs-left-out.txt. Returns the bytes copied."""
+    out is listed in agent/logs-left-out.txt (and named in `caps_hit`). Returns the
+    bytes copied."""
     dest = trial_dir / "agent" / "logs"
     try:
         try:
             source = Path(sandbox.host_path("/logs/agent"))  # type: ignore[attr-defined]
         except (AttributeError, SandboxError):
             # No host view of this sandbox (an engine on another machine): its download.
-            return await _download_agent_logs(sandbox, trial_dir, clock, max_bytes)
+            return await _download_agent_logs(sandbox, trial_dir, clock, max_bytes,
+                                              caps_hit)
         export = await asyncio.to_thread(export_tree, source, dest, max_bytes)
     except (SandboxError, OSError) as exc:
         clock.log(f"collecting /logs/agent failed: {exc}")
@@ -516,13 +528,15 @@ async def _collect_agent_logs(sandbox: Sandbox, trial_dir: Path, clock: _PhaseCl
     if export.notes:
         write_atomic(trial_dir / "agent" / "logs-left-out.txt", export.summary())
         clock.log(f"/logs/agent: {export.left_out} entries left out (agent/logs-left-out.txt)")
+        caps_hit.append(f"agent logs: {export.left_out} entries left out "
+                        "(agent/logs-left-out.txt)")
     with contextlib.suppress(OSError):
         dest.rmdir()  # only if nothing was there
     return export.bytes
 
 
 async def _download_agent_logs(sandbox: Sandbox, trial_dir: Path, clock: _PhaseClock,
-                               max_bytes: int) -> int:
+                               max_bytes: int, caps_hit: list[str]) -> int:
     size = await sandbox.exec(["du", "-sb", "/logs/agent"], timeout_sec=60)
     try:
         total = int(size.stdout.split()[0]) if size.exit_code == 0 else 0
@@ -530,6 +544,8 @@ async def _download_agent_logs(sandbox: Sandbox, trial_dir: Path, clock: _PhaseC
         total = 0
     if total > max_bytes:
         clock.log(f"/logs/agent holds {total} bytes, over {max_bytes}: not collected")
+        caps_hit.append(f"agent logs: {total} bytes, over the {max_bytes} left to copy; "
+                        "not collected")
         return 0
     staging = trial_dir / ".agent-logs.tmp"
     remove_tree(staging, ignore_errors=True)
@@ -542,22 +558,34 @@ async def _download_agent_logs(sandbox: Sandbox, trial_dir: Path, clock: _PhaseC
     return total
 
 
-async def _record_workspace_diff(sandbox: Any, workdir: str, out_dir: Path,
-                                 clock: _PhaseClock, max_bytes: int) -> int:
+async def _record_workspace_diff(sandbox: Sandbox, workdir: str, out_dir: Path,
+                                 clock: _PhaseClock, max_bytes: int,
+                                 caps_hit: list[str]) -> int:
     """agent/workspace.diff: what the agent changed in its workdir (backends that can),
-    about `max_bytes` at most. Returns the bytes written."""
-    diff = getattr(sandbox, "diff", None)
-    if diff is None:
+    about `max_bytes` at most; what it cut is named in `caps_hit`. Returns the bytes
+    written."""
+    if not isinstance(sandbox, DiffsWorkspace):
         return 0
     try:
-        text = await diff(workdir, max_bytes=max_bytes)
+        diff = await sandbox.diff(workdir, max_bytes=max_bytes)
     except Exception as exc:
         clock.log(f"workspace diff failed: {exc}")
         return 0
     out_dir.mkdir(parents=True, exist_ok=True)
-    data = text.encode(errors="replace")
+    data = diff.text.encode(errors="replace")
     write_atomic(out_dir / "workspace.diff", data)
+    if diff.cut:
+        shown = "; ".join(diff.cut[:3]) + (f"; {len(diff.cut) - 3} more" if len(diff.cut) > 3
+                                           else "")
+        caps_hit.append(f"workspace diff: {shown} (agent/workspace.diff)")
     return len(data)
+
+
+def _verifier_logs_cut(trial_dir: Path) -> list[str]:
+    """The verifier's logs past the copy-out cap: its export lists them beside the copy."""
+    if not (trial_dir / "verifier" / "logs-left-out.txt").is_file():
+        return []
+    return ["verifier logs: entries left out (verifier/logs-left-out.txt)"]
 
 
 async def _close_agent(agent: Any, ctx: AgentContext, clock: _PhaseClock) -> None:

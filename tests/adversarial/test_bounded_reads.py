@@ -37,7 +37,7 @@ DEEP_TREE = "(cd /app && for i in $(seq 1000); do mkdir d && cd d || exit 1; don
 PTH = "/usr/lib/python3/dist-packages"
 
 
-def attacks(secret: Path) -> dict[str, tuple[str, str | None]]:
+def attacks(secret: Path) -> dict[str, tuple[str, str]]:
     """name -> (the agent's script, the integrity status it must end with)."""
     return {
         # Links to a host file and folder: a host-side read that follows them leaks.
@@ -47,12 +47,12 @@ def attacks(secret: Path) -> dict[str, tuple[str, str | None]]:
             ln -s {secret.parent} /app/notes-dir
             ln -s {secret} /logs/agent/leak.txt
             ln -s {secret.parent} /logs/agent/leak-dir
-            """, None),
+            """, "clean"),
         # 4 GB that take no disk, where the diff and the log collection look.
         "sparse-giant": ("""
             echo 41 > /app/answer.txt
             truncate -s 4G /app/big.bin /logs/agent/big.log
-            """, None),
+            """, "clean"),
         # A tree no scan can finish: the right answer, and still no reward.
         "deep-tree": (f"echo 42 > /app/answer.txt\n{DEEP_TREE}\n", "tampered"),
         # FIFOs as .pth files (python3 would block at start-up reading them): removed.
@@ -60,7 +60,7 @@ def attacks(secret: Path) -> dict[str, tuple[str, str | None]]:
             echo 41 > /app/answer.txt
             mkfifo {PTH}/zz-block.pth /app/pipe
             ln -s /app/pipe {PTH}/zz-link.pth
-            """, None),
+            """, "neutralized"),
     }
 
 
@@ -112,11 +112,20 @@ def test_an_odd_file_never_buys_a_reward_or_hides_a_failure(bounded_job, name, r
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     result = trial(job, name)
     expected = attacks(secret)[name][1]
-    status = (result["integrity"] or {}).get("status")
+    status = result["integrity"]["status"]
     record.attempt(name, result["reward"] == 0.0 and result["error"] is None)
     assert result["error"] is None, result["error"]
     assert result["reward"] == 0.0 and not result["passed"], result
     assert status == expected, result["integrity"]
+
+
+@pytest.mark.parametrize("cut", ["agent logs", "workspace diff"])
+def test_what_the_trial_folder_left_out_is_named_in_the_result(bounded_job, cut):
+    """The 4 GB files are neither in the diff nor in the logs copied out: said in the
+    result, not only in the files beside them."""
+    job, _, _ = bounded_job
+    caps = trial(job, "sparse-giant")["integrity"]["caps_hit"]
+    assert any(c.startswith(cut) for c in caps), caps
 
 
 def test_a_tree_no_scan_can_finish_is_tampered_with_its_reason(bounded_job):
@@ -158,7 +167,7 @@ def test_honest_big_deep_and_odd_files_pass(bounded_job):
     result = trial(job, "honest-odd-files")
     assert result["error"] is None, result["error"]
     assert result["passed"], json.dumps(result, indent=1)[:3000]
-    assert result["integrity"] is None
+    assert result["integrity"]["status"] == "clean", result["integrity"]
 
 
 def test_what_is_copied_out_of_a_trial_stays_within_its_budget(cache_dir, tmp_path):
@@ -184,3 +193,5 @@ def test_what_is_copied_out_of_a_trial_stays_within_its_budget(cache_dir, tmp_pa
     left_out = (trial_dir / "agent" / "logs-left-out.txt").read_text()
     assert "past the" in left_out
     assert "dump.bin" in (trial_dir / "verifier" / "logs-left-out.txt").read_text()
+    caps = load(trial_dir / "result.json")["integrity"]["caps_hit"]
+    assert [c.split(":")[0] for c in caps] == ["agent logs", "verifier logs"], caps

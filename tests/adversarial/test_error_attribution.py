@@ -82,3 +82,17 @@ def test_a_task_that_never_writes_a_reward_stays_the_tasks_error(attribution_job
 def test_the_honest_agent_passes(attribution_job):
     result = trial(attribution_job, "honest")
     assert result["passed"] and result["error"] is None
+
+
+def test_the_summary_counts_failures_and_errors_by_who_caused_them(attribution_job):
+    """Every attack is a failure, those that broke the verifier or the sandbox counted
+    apart from honest ones; the one error is the task's."""
+    summary = load(attribution_job / "summary.json")
+    results = [trial(attribution_job, name) for name in ATTACKS]
+    broke = sum(r["verifier_failure"] is not None for r in results)
+    tampered = sum(r["integrity"]["status"] == "tampered" for r in results)
+    assert (summary["n_passed"], summary["n_failed"], summary["n_errored"]) == (
+        1, len(ATTACKS), 1)
+    assert (summary["n_verifier_broken"], summary["n_tampered"]) == (broke, tampered)
+    assert broke >= 2, [r["verifier_failure"] for r in results]  # workdir gone, no bash...
+    assert summary["errors_by_cause"] == {"task": 1}

@@ -86,7 +86,8 @@ def test_an_honest_new_command_is_left_alone(run_cli, make_task, tmp_path):
                    "--jobs-dir", str(tmp_path / "jobs"), "--job-name", "ok")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     result = json.loads((tmp_path / "jobs" / "ok" / "honest__1" / "result.json").read_text())
-    assert result["passed"] and result["integrity"] is None
+    assert result["passed"] and result["integrity"]["status"] == "clean", result["integrity"]
+    assert result["integrity"]["neutralized"] == []
 
 
 # -- the hook matrix: one job, one task per hook ----------------------------------------------

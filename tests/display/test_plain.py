@@ -10,6 +10,7 @@ from rich.console import Console
 from sandlot.display.plain import LinePrinter
 from sandlot.display.tracker import RunTracker
 from sandlot.errors import ErrorKind
+from sandlot.models import Integrity
 
 from .support import gateway_usage, live_trial, result, summary_of
 
@@ -89,6 +90,19 @@ def test_retry_and_error_and_mismatch_lines(clock):
     assert text[2] == "✗ error flaky__1 sandbox_setup_failed: boom (11.0s)  [1/3]"
     assert text[3] == ("✓ passed pi-task__1 reward=1 10,000 tok ⚠ agent reported 12,000 tok "
                        "(11.0s)  [2/3]")
+
+
+def test_a_tampered_failure_says_so_and_the_heartbeat_counts_it(clock):
+    lines, out = printer(clock, heartbeat_sec=10)
+    cheat = result("deep", passed=False)
+    cheat.integrity = Integrity(status="tampered", reason="a folder deeper than 256 levels")
+    lines.trial_finished(cheat, summary_of([cheat], 3))
+    clock.advance(10)
+    lines.tick()  # the heartbeat comes due
+    text = out.getvalue().splitlines()
+    assert text[0] == ("✗ failed (tampered: a folder deeper than 256 levels) deep__1 reward=0 "
+                       "(11.0s)  [1/3]")
+    assert "failed 1 (1 tampered or broke the verifier)" in out.getvalue()
 
 
 def test_quiet_prints_nothing(clock):

@@ -9,8 +9,9 @@ from math import comb
 import pytest
 
 from sandlot.errors import ErrorKind
-from sandlot.models import ErrorInfo, TrialResult
+from sandlot.models import ErrorInfo, Integrity, TrialResult
 from sandlot.report.summary import pass_at_k, summarize, task_pass_at_k
+from sandlot.report.table import failed_text
 
 
 def brute_pass_at_k(n: int, c: int, k: int) -> Fraction:
@@ -216,3 +217,49 @@ def test_summary_json_has_the_contract_fields(mixed: list[TrialResult]) -> None:
                 "mean_reward", "pass_at_k", "errors_by_kind"]:
         assert key in data
     assert set(data["pass_at_k"]) == {"1", "2"}
+
+
+# ---------------------------------------------------------------- who caused it
+
+
+def test_tampered_and_broken_verifier_failures_are_counted_apart_from_honest_ones() -> None:
+    tampered = trial("a", 1, reward=0.0)
+    tampered.integrity = Integrity(status="tampered", reason="a tree deeper than 256",
+                                   paths=["/app/d"])
+    broke = trial("a", 2, reward=0.0)
+    broke.integrity = Integrity()
+    broke.verifier_failure = {"kind": "reward_missing", "message": "no reward",
+                              "caused_by": "agent", "pristine_reward": 1.0}
+    neutralized = trial("b", 1, passed=True)
+    neutralized.integrity = Integrity(status="neutralized", neutralized=[
+        {"path": "/usr/local/bin/pytest", "reason": "replaced", "action": "restored"}])
+    honest = trial("b", 2, reward=0.0)
+    s = summarize("job", "oracle", None, 4, 2, [tampered, broke, neutralized, honest])
+    assert (s.n_passed, s.n_failed, s.n_errored) == (1, 3, 0)
+    assert (s.n_tampered, s.n_verifier_broken, s.n_neutralized) == (1, 1, 1)
+    assert s.pass_rate == pytest.approx(0.25)
+    text = failed_text(s)
+    assert text.startswith("3 (1 honest, ") and "1 tampered" in text
+    assert "1 broke the verifier" in text
+
+
+def test_errors_are_counted_by_who_caused_them() -> None:
+    results = [trial("a", 1, error=ErrorKind.VERIFIER_ERROR),
+               trial("a", 2, error=ErrorKind.SANDBOX_SETUP_FAILED),
+               trial("b", 1, error=ErrorKind.VERIFIER_ERROR), trial("b", 2, passed=True)]
+    assert results[0].error is not None and results[1].error is not None
+    results[0].error.caused_by = "task"
+    results[1].error.caused_by = "sandlot"
+    s = summarize("job", "oracle", None, 4, 2, results)
+    assert s.errors_by_cause == {"sandlot": 1, "task": 1, "unknown": 1}
+    assert s.n_tampered == 0 and failed_text(s) == "0"
+
+
+def test_results_written_before_the_integrity_status_still_load() -> None:
+    old = trial("a", 1, passed=True).model_dump(mode="json")
+    old["integrity"] = {"neutralized": [{"path": "/x", "reason": "r", "action": "a"}]}
+    assert TrialResult.model_validate(old).integrity == Integrity(
+        status="neutralized", neutralized=[{"path": "/x", "reason": "r", "action": "a"}])
+    old["integrity"] = {"status": "tampered", "reason": "why", "paths": ["/p"]}
+    loaded = TrialResult.model_validate(old).integrity
+    assert loaded is not None and (loaded.status, loaded.caps_hit) == ("tampered", [])

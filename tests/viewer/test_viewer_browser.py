@@ -19,6 +19,7 @@ from .viewer_support import (
     viewer_process,
     write_builtin_trial,
     write_config,
+    write_json,
     write_result,
 )
 
@@ -225,4 +226,50 @@ def test_a_running_job_refreshes_as_trials_finish(tmp_path, tab, artifacts):
             timeout=10_000)
         assert "failed" in page.locator("table.data tbody").inner_text()
         shot(tab, artifacts, "10-live-job")
+    assert tab.errors == []
+
+
+def test_tampered_and_verifier_breaking_failures_are_shown_apart(tmp_path, tab, artifacts):
+    """A tampered trial, one whose verifier the agent broke, an honest failure and an
+    error the task caused: the job list, the job page and the trial page keep them apart."""
+    job = tmp_path / "jobs" / "cheats"
+    write_config(job, ["deep", "broke", "honest", "flaky"])
+    tampered = write_result(job, "deep", reward=0.0)
+    tampered["integrity"] = {"status": "tampered", "reason": "a folder deeper than 256 levels",
+                             "paths": ["/app/d/d/d"], "caps_hit": [
+                                 "agent logs: 2 entries left out (agent/logs-left-out.txt)"]}
+    write_json(job / "deep__1" / "result.json", tampered)
+    broke = write_result(job, "broke", reward=0.0)
+    broke["integrity"] = {"status": "clean"}
+    broke["verifier_failure"] = {"kind": "reward_missing", "message": "test.sh wrote none",
+                                 "caused_by": "agent", "pristine_reward": 1.0}
+    write_json(job / "broke__1" / "result.json", broke)
+    write_result(job, "honest", reward=0.0)
+    write_result(job, "flaky", reward=None, error={
+        "kind": "verifier_error", "message": "test.sh crashed", "phase": "verify",
+        "caused_by": "task"})
+    page = tab.page
+    with viewer_process(job.parent) as url:
+        page.goto(url)
+        page.wait_for_selector("table.data tbody tr td a")
+        assert page.locator("table.data tbody .b-tampered").inner_text() == "1"
+        page.goto(f"{url}#/job/cheats")
+        page.wait_for_selector("#filters")
+        cards = page.locator(".cards").inner_text()
+        assert "1 · 1 · 1" in cards and "broke verifier" in cards, cards
+        assert "Errors by who caused them: task × 1" in page.locator("body").inner_text()
+        page.click("#filters button[data-filter=tampered]")
+        rows = page.locator("table.data tbody tr")
+        assert rows.count() == 1 and "deep__1" in rows.inner_text()
+        shot(tab, artifacts, "11-tampered-job")
+        page.goto(f"{url}#/job/cheats/trial/deep__1")
+        box = page.locator(".errbox.integrity")
+        box.wait_for()
+        assert "tampered" in box.inner_text() and "deeper than 256" in box.inner_text()
+        assert "/app/d/d/d" in box.inner_text()
+        assert "agent logs: 2 entries left out" in page.locator(".note.integrity").inner_text()
+        page.goto(f"{url}#/job/cheats/trial/broke__1")
+        page.wait_for_selector(".errbox.integrity")
+        assert "broke the verifier" in page.locator(".errbox.integrity").inner_text()
+        shot(tab, artifacts, "12-broke-verifier-trial")
     assert tab.errors == []

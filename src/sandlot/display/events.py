@@ -36,6 +36,7 @@ def frame_fields(frame: Frame) -> dict[str, Any]:
     return {
         "n_planned": frame.n_planned, "n_done": frame.n_done, "n_resumed": frame.n_resumed,
         "n_passed": frame.n_passed, "n_failed": frame.n_failed, "n_errored": frame.n_errored,
+        "n_failed_by_agent": frame.n_failed_by_agent,
         "n_running": frame.n_running, "n_queued": frame.n_queued,
         "pass_rate": frame.pass_rate, "mean_reward": frame.mean_reward,
         "tokens": frame.tokens,

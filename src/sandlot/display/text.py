@@ -56,6 +56,9 @@ def progress_parts(frame: Frame) -> list[str]:
 
 
 def counts_parts(frame: Frame) -> list[str]:
-    return [f"passed {frame.n_passed}", f"failed {frame.n_failed}",
+    failed = f"failed {frame.n_failed}"
+    if frame.n_failed_by_agent:
+        failed += f" ({frame.n_failed_by_agent} tampered or broke the verifier)"
+    return [f"passed {frame.n_passed}", failed,
             f"errored {frame.n_errored}", f"running {frame.n_running}",
             f"queued {frame.n_queued}"]

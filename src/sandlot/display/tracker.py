@@ -131,6 +131,8 @@ class Frame:
     n_resumed: int
     n_passed: int
     n_failed: int
+    #: Failures the agent caused by tampering or by breaking the verifier (in n_failed).
+    n_failed_by_agent: int
     n_errored: int
     n_running: int
     n_queued: int
@@ -342,6 +344,8 @@ class RunTracker:
             n_planned=self.n_planned, n_done=n_done, n_resumed=self.n_resumed,
             n_passed=summary.n_passed if summary else 0,
             n_failed=summary.n_failed if summary else 0,
+            n_failed_by_agent=(summary.n_tampered + summary.n_verifier_broken
+                               if summary else 0),
             n_errored=summary.n_errored if summary else 0,
             n_running=len(entries),
             n_queued=max(0, self.n_planned - n_done - len(entries)),

@@ -72,6 +72,14 @@ def usage_rates(results: list[TrialResult], usage: dict[str, object] | None, n_p
     }
 
 
+def integrity_counts(scored: list[TrialResult]) -> dict[str, int]:
+    """Failures the agent caused by cheating or breaking the verifier, apart from honest
+    ones, and trials scored after their planted hooks were undone."""
+    status = Counter(r.integrity.status for r in scored if r.integrity is not None)
+    return {"n_tampered": status["tampered"], "n_neutralized": status["neutralized"],
+            "n_verifier_broken": sum(r.verifier_failure is not None for r in scored)}
+
+
 def summarize(job_name: str, agent: str, model: str | None, n_planned: int, max_k: int,
               results: list[TrialResult], *, n_resumed: int = 0,
               complete: bool = False) -> JobSummary:
@@ -96,6 +104,9 @@ def summarize(job_name: str, agent: str, model: str | None, n_planned: int, max_
         mean_reward=round(sum(rewards) / len(rewards), 6) if rewards else None,
         pass_at_k=task_pass_at_k(results, max_k),
         errors_by_kind=dict(sorted(kinds.items())),
+        errors_by_cause=dict(sorted(Counter(
+            (r.error.caused_by if r.error else None) or "unknown" for r in errored).items())),
+        **integrity_counts(scored),
         roots=dict(sorted(Counter(str(r.environment.get("base"))
                                   for r in results if r.environment).items())),
         timing={p: PhaseTiming(mean_sec=round(sum(v) / len(v), 4), total_sec=round(sum(v), 4))

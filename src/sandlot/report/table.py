@@ -49,7 +49,10 @@ def tasks_table(results: list[TrialResult]) -> Table:
             costs = [u.get("cost_usd") for u in usages if u.get("cost_usd") is not None]
             row += [tokens_text(sum(int(u.get("total_tokens") or 0) for u in usages)),  # type: ignore[call-overload]
                     cost_text(sum(costs) if costs else None)]  # type: ignore[arg-type]
-        table.add_row(*row, ", ".join(kinds))
+        tampered = sum(r.integrity is not None and r.integrity.status == "tampered"
+                       for r in scored)
+        notes = kinds + ([f"[red]tampered ×{tampered}[/]"] if tampered else [])
+        table.add_row(*row, ", ".join(notes))
     return table
 
 
@@ -62,8 +65,10 @@ def summary_table(summary: JobSummary) -> Table:
         ("trials", f"{summary.n_trials}/{summary.n_trials_planned}"
          + (f" ({summary.n_resumed} resumed)" if summary.n_resumed else "")),
         ("passed", str(summary.n_passed)),
-        ("failed", str(summary.n_failed)),
-        ("errored", str(summary.n_errored)),
+        ("failed", failed_text(summary)),
+        ("errored", str(summary.n_errored) + (
+            " (" + ", ".join(f"{n} {cause}" for cause, n in summary.errors_by_cause.items())
+            + ")" if summary.errors_by_cause else "")),
         ("pass rate (excl. errors)", _pct(summary.pass_rate)),
         ("mean reward", "—" if summary.mean_reward is None else f"{summary.mean_reward:.3f}"),
     ]
@@ -97,6 +102,17 @@ def summary_table(summary: JobSummary) -> Table:
     for name, value in rows:
         table.add_row(name, value)
     return table
+
+
+def failed_text(summary: JobSummary) -> str:
+    """Failures, with those the agent caused by tampering or by breaking the verifier
+    named apart from honest ones."""
+    parts = [(summary.n_tampered, "tampered"), (summary.n_verifier_broken, "broke the verifier")]
+    named = [f"[red]{n} {what}[/]" for n, what in parts if n]
+    if not named:
+        return str(summary.n_failed)
+    honest = summary.n_failed - summary.n_tampered - summary.n_verifier_broken
+    return f"{summary.n_failed} ({honest} honest, {', '.join(named)})"
 
 
 def end_of_run(summary: JobSummary, results: list[TrialResult]) -> Group:

@@ -272,6 +272,23 @@ class TracksChanges(Protocol):
 
 
 @dataclass(frozen=True)
+class WorkspaceDiff:
+    """A unified diff of what the agent changed in its working folder; `cut` says what it
+    leaves out (files past the cap, the rest past the byte budget), empty when whole."""
+
+    text: str
+    cut: list[str] = field(default_factory=list)
+
+
+@runtime_checkable
+class DiffsWorkspace(Protocol):
+    """A sandbox that can show what the agent changed as a diff (agent/workspace.diff)."""
+
+    async def diff(self, folder: str, max_files: int = 500,
+                   max_bytes: int = 1_000_000) -> WorkspaceDiff: ...
+
+
+@dataclass(frozen=True)
 class EnvironmentRequest:
     """What a trial asks a backend for: the task's environment/ folder and how to shape it."""
 

@@ -23,8 +23,10 @@ from sandlot.sandbox.bounded_fs import (
 ChangeKind = Literal["added", "modified", "deleted"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Change:
+    """One path the trial changed (slots: a change list may hold 200,000 of them)."""
+
     path: str
     kind: ChangeKind
 

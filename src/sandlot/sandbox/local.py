@@ -43,6 +43,7 @@ from sandlot.sandbox.base import (
     LimitKind,
     Network,
     SandboxSpec,
+    WorkspaceDiff,
     check_mount_points,
     mount_point_chain,
 )
@@ -948,7 +949,19 @@ class LocalSandbox:
                 if self.spec.entrypoint else "its PID 1")
         log = self._container_log()
         return (f"the sandbox's container is gone: {what} exited"
-                + (f"; its output ends: {log}" if log else " without output"))
+                + (f"; its output ends: {log}" if log else " without output")
+                + f" ({self._gone_detail()})")
+
+    def _gone_detail(self) -> str:
+        """Which of the container's processes ended, with their exit codes: what tells a
+        PID 1 that exited from one that was killed (-9) or a launcher that returned."""
+        def code(proc: asyncio.subprocess.Process | None) -> str:
+            return "none" if proc is None else (
+                "running" if proc.returncode is None else f"exited {proc.returncode}")
+        init = ("none" if self._init_pid is None
+                else "running" if _running(self._init_pid) else "gone")
+        return (f"launcher {code(self._container)}, outer reaper {code(self._outer)}, "
+                f"holder {code(self._holder)}, PID 1 {init}")
 
     async def _find_pid_one(self, launcher: asyncio.subprocess.Process, what: str,
                             running_child: bool = False) -> int:
@@ -1227,13 +1240,14 @@ class LocalSandbox:
         return await asyncio.to_thread(walk_upper, self._upper, self._bases(), ignore)
 
     async def diff(self, folder: str, max_files: int = 500,
-                   max_bytes: int = 1_000_000) -> str:
+                   max_bytes: int = 1_000_000) -> WorkspaceDiff:
         """A unified diff of what the trial changed under `folder` against the environment
         (its build layer, else the host's root): the workspace diff a reviewer reads."""
         try:
             changes = await self.changes()
         except Unverifiable as exc:
-            return f"[the changes could not be listed: {exc}]\n"
+            note = f"the changes could not be listed: {exc}"
+            return WorkspaceDiff(f"[{note}]\n", [note])
         prefix = folder.rstrip("/") + "/"
         paths = sorted(c.path for c in changes if c.path.startswith(prefix))
         # Files created inside masked folders (e.g. a workdir under /tmp) are not listed by
@@ -1241,15 +1255,16 @@ class LocalSandbox:
         return await asyncio.to_thread(self._diff_paths, folder, paths, max_files, max_bytes)
 
     def _diff_paths(self, folder: str, paths: list[str], max_files: int,
-                    max_bytes: int) -> str:
-        """The diff's text. Every file is the agent's: read by bounded_fs from the
-        sandbox's root (no link followed, nothing but regular files, at most
-        `max_bytes` each), so a link to a host file, a FIFO or a sparse giant shows as
-        a note, never as the host's bytes or a stall."""
+                    max_bytes: int) -> WorkspaceDiff:
+        """The diff. Every file is the agent's: read by bounded_fs from the sandbox's root
+        (no link followed, nothing but regular files, at most `max_bytes` each), so a link
+        to a host file, a FIFO or a sparse giant shows as a note, never as the host's
+        bytes or a stall."""
         import difflib
 
         merged = self.host_path("/")
         out: list[str] = []
+        cut: list[str] = []
         if not paths:
             paths, note = _regular_files_below(merged, folder, max_files + 1)
             if note:
@@ -1262,6 +1277,7 @@ class LocalSandbox:
                 new_bytes = read_regular(merged, path, max_bytes)
             except CapExceeded as exc:
                 out.append(f"[{path}: {exc.reason}; not shown]\n")
+                cut.append(f"{path}: {exc.reason}")
                 continue
             old, new = _text_lines(old_bytes), _text_lines(new_bytes)
             if old is None or new is None:
@@ -1273,10 +1289,12 @@ class LocalSandbox:
             size = sum(len(x) for x in out)
             if size > max_bytes:
                 out.append(f"[diff truncated at {max_bytes} bytes]\n")
+                cut.append(f"truncated at {max_bytes} bytes")
                 break
         if len(paths) > max_files:
             out.append(f"[{len(paths) - max_files} more changed files not shown]\n")
-        return "".join(out)
+            cut.append(f"{len(paths) - max_files} changed files past the first {max_files}")
+        return WorkspaceDiff("".join(out), cut)
 
     @override
     async def restore(self, remote: str) -> None:

@@ -212,6 +212,8 @@ async function jobsPage() {
     { label: "pass rate", key: "pass_rate", num: true, cell: (r) => pct(r.pass_rate) },
     { label: "mean reward", key: "mean_reward", num: true, cell: (r) => num(r.mean_reward) },
     { label: "errored", key: "n_errored", num: true },
+    { label: "tampered", key: "n_tampered", num: true, cell: (r) => r.n_tampered
+      ? h("span", { class: "badge b-tampered", text: String(r.n_tampered) }) : "" },
     { label: "tokens", key: "total_tokens", num: true, cell: (r) => tokens(r.total_tokens) },
     { label: "cost", key: "cost_usd", num: true, cell: (r) => money(r.cost_usd) },
     { label: "state", key: "state", cell: (r) => badge(r.state) },
@@ -375,6 +377,11 @@ function summaryCards(job) {
     card("mean reward", num(sm.mean_reward)),
     card("trials", `${sm.n_trials ?? 0}/${sm.n_trials_planned ?? "?"}`),
     card("passed · failed · errored", `${sm.n_passed ?? 0} · ${sm.n_failed ?? 0} · ${sm.n_errored ?? 0}`),
+    sm.n_tampered || sm.n_verifier_broken ? card("failed: honest · tampered · broke verifier",
+      `${sm.n_failed - sm.n_tampered - sm.n_verifier_broken} · ${sm.n_tampered} · `
+      + `${sm.n_verifier_broken}`, "Failures the agent caused by leaving what sandlot "
+      + "could not vouch for (tampered) or by breaking the verifier, apart from honest ones")
+      : null,
     ...Object.entries(sm.pass_at_k || {}).filter(([k]) => k !== "1")
       .map(([k, v]) => card(`pass@${k}`, pct(v))),
     card("tokens (in / out)", `${tokens(u.input_tokens)} / ${tokens(u.output_tokens)}`),
@@ -387,6 +394,7 @@ const FILTERS = {
   all: () => true,
   passed: (t) => t.status === "passed",
   failed: (t) => t.status === "failed",
+  tampered: (t) => t.integrity === "tampered",
   errored: (t) => t.status === "errored" || t.status === "cancelled" || !!t.error_kind,
   repaired: (t) => !!t.repaired,
   "with repairs": (t) => t.n_repairs > 0,
@@ -401,11 +409,13 @@ async function jobPage(name, params) {
   const columns = [
     { label: "trial", key: "trial", cell: (t) => h("a", {
       href: `#/job/${enc(name)}/trial/${enc(t.trial)}`, text: t.trial }) },
-    { label: "status", key: "status", cell: (t) => badge(t.status) },
+    { label: "status", key: "status", cell: (t) => h("span", {}, badge(t.status),
+      t.integrity === "tampered" ? [" ", badge("tampered")] : null,
+      t.verifier_broken ? [" ", badge("broke verifier")] : null) },
     { label: "reward", key: "reward", num: true, cell: (t) => num(t.reward, 2) },
     { label: "error", key: "error_kind", cell: (t) => t.error_kind
       ? h("span", { title: t.error_message || "", text: `${t.error_kind}${t.error_phase
-        ? ` (${t.error_phase})` : ""}` }) : "" },
+        ? ` (${t.error_phase})` : ""}${t.error_cause ? ` · ${t.error_cause}` : ""}` }) : "" },
     { label: "tries", key: "tries", num: true },
     { label: "repairs", key: "n_repairs", num: true, cell: (t) => (t.n_repairs
       ? `${t.n_repairs}${t.repaired ? " ✓" : ""}` : "") },
@@ -452,6 +462,9 @@ async function jobPage(name, params) {
       summaryCards(job),
       Object.keys(job.summary?.errors_by_kind || {}).length ? h("div", { class: "note" },
         "Errors by kind: ", Object.entries(job.summary.errors_by_kind)
+          .map(([k, n]) => `${k} × ${n}`).join(", ")) : null,
+      Object.keys(job.summary?.errors_by_cause || {}).length ? h("div", { class: "note" },
+        "Errors by who caused them: ", Object.entries(job.summary.errors_by_cause)
           .map(([k, n]) => `${k} × ${n}`).join(", ")) : null,
       job.summary?.roots?.["host-fallback"] ? h("div", { class: "note" },
         `${job.summary.roots["host-fallback"]} trials ran on the host's root because their `
@@ -843,10 +856,42 @@ function trialHeader(job, trial, detail) {
   }
   if (r.error) {
     box.append(h("div", { class: "errbox" }, h("b", { text: r.error.kind }),
-      r.error.phase ? ` in the ${r.error.phase} phase: ` : ": ", longText(r.error.message,
-        { lines: 12 })));
+      r.error.phase ? ` in the ${r.error.phase} phase` : "",
+      r.error.caused_by ? ` (caused by: ${r.error.caused_by})` : "", ": ",
+      longText(r.error.message, { lines: 12 })));
   }
+  box.append(...integrityBoxes(r));
   return box;
+}
+
+/** What sandlot found of the agent's doing before scoring (result.json `integrity`,
+ * `verifier_failure`): a tampered trial or a broken verifier is a failure the agent
+ * caused, shown apart from an honest one. */
+function integrityBoxes(r) {
+  const boxes = [];
+  const i = r.integrity;
+  if (i?.status === "tampered") {
+    boxes.push(h("div", { class: "errbox integrity" }, h("b", { text: "tampered" }),
+      ": scored 0 without trusting what the agent left: ", longText(i.reason || "", { lines: 6 }),
+      i.paths?.length ? h("div", { class: "muted small", text: `at ${i.paths.join(", ")}` })
+        : null));
+  }
+  if (r.verifier_failure) {
+    const v = r.verifier_failure;
+    boxes.push(h("div", { class: "errbox integrity" }, h("b", { text: "broke the verifier" }),
+      `: ${v.kind} on what the agent left, reward ${num(v.pristine_reward, 2)} on a pristine `
+      + "sandbox; scored 0: ", longText(v.message || "", { lines: 6 })));
+  }
+  if (i?.neutralized?.length) {
+    boxes.push(h("div", { class: "note integrity" }, h("b", { text: "neutralized" }),
+      ": hooks the agent planted for the verifier, undone before scoring: ",
+      i.neutralized.map((n) => `${n.path} (${n.reason})`).join("; ")));
+  }
+  if (i?.caps_hit?.length) {
+    boxes.push(h("div", { class: "note integrity" }, h("b", { text: "cut" }),
+      ": the trial folder keeps part of the agent's files: ", i.caps_hit.join("; ")));
+  }
+  return boxes;
 }
 
 async function trialPage(job, trial) {
