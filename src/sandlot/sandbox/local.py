@@ -843,8 +843,14 @@ class LocalSandbox:
         return argv
 
     def _process_args(self, env: dict[str, str], cwd: str) -> list[str]:
-        """Capabilities (Docker's default set), environment and folder of a process."""
-        argv = ["--die-with-parent", "--new-session", "--cap-drop", "ALL"]
+        """Capabilities (Docker's default set), environment and folder of a process.
+
+        No --die-with-parent: with --pidns, bwrap arms it in a process whose parent is a
+        throw-away intermediate that exits by itself. When that exit comes late (a busy
+        machine) the signal kills the command, or the container's PID 1 and with it the
+        whole container. What the flag would give is had anyway: every sandbox process
+        lives in the holder's PID namespace, which dies with sandlot."""
+        argv = ["--new-session", "--cap-drop", "ALL"]
         for cap in CAPS:
             argv += ["--cap-add", f"CAP_{cap}"]
         argv.append("--clearenv")
