@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -37,6 +38,18 @@ DEEP_TREE = "(cd /app && for i in $(seq 1000); do mkdir d && cd d || exit 1; don
 PTH = "/usr/lib/python3/dist-packages"
 
 
+def many_files(n: int, at: str) -> str:
+    """A script writing `n` empty files under the folder `at`, 1000 per folder (python3:
+    a shell loop of 200,000 `touch` would take minutes)."""
+    program = ("import os, sys\n"
+               "n, at = int(sys.argv[1]), sys.argv[2]\n"
+               "for i in range(n):\n"
+               "    d = f'{at}/{i // 1000}'\n"
+               "    os.makedirs(d, exist_ok=True)\n"
+               "    open(f'{d}/{i}', 'w').close()\n")
+    return f"python3 -c {shlex.quote(program)} {n} {at}"
+
+
 def attacks(secret: Path) -> dict[str, tuple[str, str]]:
     """name -> (the agent's script, the integrity status it must end with)."""
     return {
@@ -55,6 +68,10 @@ def attacks(secret: Path) -> dict[str, tuple[str, str]]:
             """, "clean"),
         # A tree no scan can finish: the right answer, and still no reward.
         "deep-tree": (f"echo 42 > /app/answer.txt\n{DEEP_TREE}\n", "tampered"),
+        # A tree wider than any scan reads (past 200,000 entries): the right answer, and
+        # still no reward.
+        "wide-tree": ("echo 42 > /app/answer.txt\n"
+                      + many_files(210_000, "/app/wide") + "\n", "tampered"),
         # FIFOs as .pth files (python3 would block at start-up reading them): removed.
         "fifo-pth": (f"""
             echo 41 > /app/answer.txt
@@ -64,6 +81,8 @@ def attacks(secret: Path) -> dict[str, tuple[str, str]]:
     }
 
 
+#: An honest agent's big, deep and odd files, and many small ones (a package install's
+#: worth in the workdir, 5,000 in its logs): all must pass.
 HONEST = """
 mkdir -p /app/data && head -c 20000000 /dev/urandom > /app/data/blob.bin
 truncate -s 200M /app/data/sparse.img
@@ -71,6 +90,8 @@ truncate -s 200M /app/data/sparse.img
 mkfifo /app/data/pipe
 python3 -c "import socket; socket.socket(socket.AF_UNIX).bind('/app/data/sock')"
 seq 1 200000 > /app/data/lines.txt
+{many_app}
+{many_logs}
 echo 42 > /app/answer.txt
 """
 
@@ -92,7 +113,9 @@ def bounded_job(tmp_path_factory: pytest.TempPathFactory, cache_dir: Path,
     tasks = base / "tasks"
     for name, (script, _) in attacks(secret).items():
         write_task(tasks, name, instruction=script, test_sh=TEST_SH)
-    write_task(tasks, "honest-odd-files", instruction=HONEST, test_sh=TEST_SH)
+    honest = HONEST.format(many_app=many_files(50_000, "/app/data/many"),
+                           many_logs=many_files(5000, "/logs/agent/many"))
+    write_task(tasks, "honest-odd-files", instruction=honest, test_sh=TEST_SH)
     jobs = base / "jobs"
     proc = subprocess.run(
         [sys.executable, "-c", PEAK_RSS, *sandlot_cmd(
@@ -106,7 +129,8 @@ def trial(job: Path, name: str) -> dict[str, Any]:
     return load(job / f"{name}__1" / "result.json")
 
 
-@pytest.mark.parametrize("name", ["link-to-host", "sparse-giant", "deep-tree", "fifo-pth"])
+@pytest.mark.parametrize("name", ["link-to-host", "sparse-giant", "deep-tree", "wide-tree",
+                                  "fifo-pth"])
 def test_an_odd_file_never_buys_a_reward_or_hides_a_failure(bounded_job, name, record):
     job, secret, proc = bounded_job
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -135,6 +159,12 @@ def test_a_tree_no_scan_can_finish_is_tampered_with_its_reason(bounded_job):
     assert integrity["paths"][0].startswith("/app/d/d/")
     log = (job / "deep-tree__1" / "trial.log").read_text()
     assert "tampered" in log
+
+
+def test_a_tree_wider_than_the_scan_reads_is_tampered_with_its_reason(bounded_job):
+    integrity = trial(bounded_job[0], "wide-tree")["integrity"]
+    assert "more than 200000 entries" in integrity["reason"], integrity
+    assert integrity["paths"][0].startswith("/app/wide/"), integrity
 
 
 def test_a_fifo_pth_is_removed_before_it_can_block_the_verifier(bounded_job):
