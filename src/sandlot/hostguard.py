@@ -118,6 +118,31 @@ def signal_child_group(pid: int, sig: int) -> bool:
     return False
 
 
+def signal_sessions_below(pid: int, sig: int) -> int:
+    """Send `sig` to the process group of each process below sandlot's own child `pid`
+    that leads a session of its own (the command a launcher started in a sandbox with
+    bwrap --new-session): the command, not the launchers around it. Refused for a pid
+    that is not this process's child; returns how many groups were signalled."""
+    found = _parent_and_group(pid)
+    if found is None or found[0] != os.getpid():
+        return 0
+    sent = 0
+    frontier = child_pids(pid)
+    while frontier:
+        current = frontier.pop()
+        try:
+            leads = os.getsid(current) == current
+        except OSError:
+            continue
+        if not leads:
+            frontier += child_pids(current)
+            continue
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(current, sig)
+            sent += 1
+    return sent
+
+
 def child_pids(pid: int) -> list[int]:
     """The pids of `pid`'s children (all its threads'), as this process's /proc numbers them."""
     found: list[int] = []

@@ -317,6 +317,33 @@ def test_a_background_process_lives_on_as_in_a_container_until_stop(backend, san
     assert host_procs(marker) == ""
 
 
+def test_terminate_reaches_the_process_and_kill_ends_one_that_ignores_it(sandbox, run):
+    """An agent's process gets SIGTERM itself (it may exit cleanly, as ACP agents do); one
+    that ignores it is SIGKILLed by kill(), with what it started. Neither is left running
+    in the sandbox, where only the sandbox's end would stop it."""
+    async def scenario(marker: str, script: str) -> tuple[int, str]:
+        proc = await sandbox.start_process(["sh", "-c", script, marker])
+        assert proc.stdout is not None
+        assert await asyncio.wait_for(proc.stdout.readline(), 30) == b"ready\n"
+        await proc.terminate()
+        try:
+            code = await asyncio.wait_for(proc.wait(), 5)
+        except TimeoutError:
+            await proc.kill()
+            code = await asyncio.wait_for(proc.wait(), 10)
+        rest = await asyncio.wait_for(proc.stdout.read(), 10)
+        return code, rest.decode()
+
+    polite, stubborn = (f"sandlot-term-{secrets.token_hex(4)}" for _ in range(2))
+    code, said = run(scenario(polite, "trap 'echo bye; exit 0' TERM; echo ready; "
+                                      "while :; do sleep 0.1; done"))
+    assert (code, said) == (0, "bye\n")
+    code, _ = run(scenario(stubborn, "trap '' TERM; sleep 300 & echo ready; wait"))
+    assert code != 0
+    seen = run(sandbox.exec(["sh", "-c", "cat /proc/[0-9]*/cmdline | tr '\\0' ' '"]))
+    assert polite not in seen.stdout and stubborn not in seen.stdout, seen.stdout
+
+
 def test_killing_every_process_inside_does_not_end_the_sandbox(sandbox, run):
     """`kill -9 -1` (a sloppy cleanup in an agent's command) kills what it can see, as in
     a container, whose PID 1 is out of its reach: the sandbox lives on, so the trial is

@@ -33,7 +33,7 @@ from sandlot.hostguard import (
     child_pids,
     kill_child_tree,
     remove_tree,
-    signal_child_group,
+    signal_sessions_below,
 )
 from sandlot.sandbox import egress
 from sandlot.sandbox.base import (
@@ -357,8 +357,11 @@ class LocalProcess:
         return await wait_exited(self._proc)
 
     async def terminate(self) -> None:
+        """SIGTERM to the command inside (its own session: bwrap --new-session), not to
+        the launchers around it: bwrap's monitor, killed first, would leave the command
+        running out of reach of kill()'s walk of the launcher's tree."""
         if self._proc.returncode is None:
-            signal_child_group(self._proc.pid, signal.SIGTERM)
+            signal_sessions_below(self._proc.pid, signal.SIGTERM)
 
     async def kill(self) -> None:
         if self._proc.returncode is None:
