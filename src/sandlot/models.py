@@ -236,6 +236,11 @@ class TrialResult(BaseModel):
         return ratio is None or abs(ratio) > USAGE_TOLERANCE_RATIO  # type: ignore[arg-type]
 
     @property
+    def tampered(self) -> bool:
+        """Scored 0 because what the agent left could not be vouched for."""
+        return self.integrity is not None and self.integrity.status == "tampered"
+
+    @property
     def scored(self) -> bool:
         """Counts as passed or failed (not errored); see `is_scored`."""
         err = self.error

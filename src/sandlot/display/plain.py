@@ -37,7 +37,7 @@ def describe(result: TrialResult) -> str:
         return (f"[red]✗ error[/] {escape(result.trial_name)} {result.error.kind}: "
                 f"{escape(result.error.message[:200])} ({total:.1f}s)")
     mark = "[green]✓ passed[/]" if result.passed else "[yellow]✗ failed[/]"
-    if result.integrity is not None and result.integrity.status == "tampered":
+    if result.integrity is not None and result.tampered:
         mark += f" [red](tampered: {escape((result.integrity.reason or '')[:120])})[/]"
     elif result.verifier_failure is not None:
         mark += " [red](broke the verifier)[/]"

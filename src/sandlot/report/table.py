@@ -49,8 +49,7 @@ def tasks_table(results: list[TrialResult]) -> Table:
             costs = [u.get("cost_usd") for u in usages if u.get("cost_usd") is not None]
             row += [tokens_text(sum(int(u.get("total_tokens") or 0) for u in usages)),  # type: ignore[call-overload]
                     cost_text(sum(costs) if costs else None)]  # type: ignore[arg-type]
-        tampered = sum(r.integrity is not None and r.integrity.status == "tampered"
-                       for r in scored)
+        tampered = sum(r.tampered for r in scored)
         notes = kinds + ([f"[red]tampered ×{tampered}[/]"] if tampered else [])
         table.add_row(*row, ", ".join(notes))
     return table
