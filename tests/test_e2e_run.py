@@ -171,7 +171,8 @@ def test_verifier_failures_are_typed_errors(run_cli, make_task, tmp_path, test_s
     make_task("verify-bad", test_sh=test_sh, verifier_timeout=2)
     proc = run_cli("run", str(tmp_path / "tasks"), "--agent", "oracle",
                    "--jobs-dir", str(tmp_path / "jobs"), "--job-name", "v")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    # The only trial errored: the job ran, and exit code 4 says it is not a result.
+    assert proc.returncode == 4, proc.stdout + proc.stderr
     result = load(tmp_path / "jobs" / "v" / "verify-bad__1" / "result.json")
     assert result["error"]["kind"] == kind
     assert result["error"]["phase"] == "verify"

@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from sandlot import cli_report
+from sandlot.exit_codes import ExitCode, run_epilog
 from sandlot.paths import default_cache_dir
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -27,7 +28,7 @@ cli_report.register(app)
 agents_app = typer.Typer(no_args_is_help=True, help="The agents sandlot can run.")
 app.add_typer(agents_app, name="agents")
 
-EXIT_BAD_INPUT = 2
+EXIT_BAD_INPUT = ExitCode.USAGE
 JOB_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,199}")
 
 
@@ -47,11 +48,11 @@ def _is_dir(path: Path) -> bool:
         return path.is_dir()
     except (OSError, ValueError):  # a name too long, a NUL byte...
         return False
-EXIT_INTERRUPTED = 130
+EXIT_INTERRUPTED = ExitCode.INTERRUPTED
 
 
 def _fail(console: Console, message: str) -> typer.Exit:
-    console.print(f"[red]error:[/] {escape(message)}")
+    console.print(f"[red]error:[/] {escape(message)}", soft_wrap=True)
     return typer.Exit(EXIT_BAD_INPUT)
 
 
@@ -60,7 +61,7 @@ def _print_problems(console: Console, problems: list) -> None:  # type: ignore[t
         color = "red" if p.severity == "error" else "yellow"
         field = " " + escape(f"[{p.field}]") if p.field else ""
         console.print(f"[{color}]{p.severity}[/] {escape(p.task)}/{escape(p.file)}{field}: "
-                      f"{escape(p.message)}\n    [dim]fix:[/] {escape(p.fix)}")
+                      f"{escape(p.message)}\n    [dim]fix:[/] {escape(p.fix)}", soft_wrap=True)
 
 
 def _print_warning_groups(console: Console, warnings: list, limit: int = 10) -> None:  # type: ignore[type-arg]
@@ -79,7 +80,7 @@ def _print_warning_groups(console: Console, warnings: list, limit: int = 10) -> 
         field = f": {first.field}" if first.field else ""
         more = f" (and {len(items) - 1} more tasks)" if len(items) > 1 else ""
         console.print(escape(f"warning: {first.task}/{file}{field}: {message}{more} "
-                             f"(fix: {first.fix})"), style="yellow")
+                             f"(fix: {first.fix})"), style="yellow", soft_wrap=True)
 
 
 @tasks_app.command("check")
@@ -194,7 +195,18 @@ def clean(
         raise typer.Exit(1)
 
 
-@app.command()
+def _fail_preflight(console: Console, problems: list[str], model_checked: bool) -> typer.Exit:
+    """Every problem found before the run, one line each; nothing was started or written."""
+    for problem in problems:
+        console.print(f"[red]error:[/] {escape(problem)}", soft_wrap=True)
+    skip = "; --no-preflight skips the model check" if model_checked else ""
+    console.print(f"[red]preflight failed[/] ({len(problems)} "
+                  f"problem{'s' if len(problems) != 1 else ''}): nothing was started{skip}",
+                  soft_wrap=True)
+    return typer.Exit(ExitCode.PREFLIGHT)
+
+
+@app.command(epilog=run_epilog())
 def run(
     tasks_dir: Annotated[Path, typer.Argument(help="A task folder or a folder of tasks.")],
     agent: Annotated[str, typer.Option(
@@ -287,6 +299,13 @@ def run(
     stall_after_sec: Annotated[float, typer.Option(
         min=1, help="Warn when a running trial's counters (phase, tool calls, tokens) have "
         "not moved for this long.")] = 300.0,
+    no_preflight: Annotated[bool, typer.Option(
+        "--no-preflight", help="Skip the model check before the run (the credential and "
+        "one small real request to the provider).")] = False,
+    max_error_rate: Annotated[float, typer.Option(
+        min=0.0, max=1.0, help="Exit with code 4 when more than this share of the trials "
+        "ended in errors (not failures): such a job's figures are not a benchmark "
+        "result.")] = 0.5,
 ) -> None:
     """Run every task with an agent; resume a job by running it again with its --job-name."""
     from sandlot.agents import UnknownAgentError, create_agent
@@ -310,24 +329,10 @@ def run(
         create_agent(agent, model, catalog)
     except (UnknownAgentError, ValueError) as exc:
         raise _fail(console, str(exc)) from exc
-    paths = discover_tasks(tasks_dir, include, exclude, n_tasks)
-    if not paths:
-        raise _fail(console, f"no tasks selected in {tasks_dir}: a task is a folder holding "
-                    "task.toml (check --include/--exclude)")
     try:
         build_args = parse_build_args(build_arg)
     except ValueError as exc:
         raise _fail(console, str(exc)) from exc
-    problems = check_tasks(paths, need_solution=agent == "oracle", sandbox=sandbox)
-    _print_warning_groups(console, [p for p in problems if p.severity == "warning"])
-    tasks = [load_task_or_invalid(p, need_solution=agent == "oracle", sandbox=sandbox,
-                                  build_args=build_args) for p in paths]
-    invalid = [t for t in tasks if not t.is_valid]
-    if invalid:
-        _print_problems(console, [p for p in problems if p.severity == "error"])
-        console.print(f"[yellow]{len(invalid)} of {len(tasks)} tasks cannot run: their "
-                      "trials end as task_invalid, the others run (see `sandlot tasks "
-                      "check`)[/]")
     template_text = _read_template(console, repair_template) if repair_template else None
     cache = (cache_dir or default_cache_dir()).resolve()
     jobs_root = jobs_dir.resolve()
@@ -338,6 +343,53 @@ def run(
         raise _fail(console, f"--job-name {job_name[:80]!r}: use letters, digits, '.', '_' "
                     "and '-' (up to 200 characters, not starting with '.' or '-'); it names "
                     "a folder inside --jobs-dir")
+    route = None
+    if model is not None:
+        route = _route_config(console, model, api_base, api_key_env,
+                              _scripts_dirs(scripts_dir, tasks_dir))
+    elif getattr(create_agent(agent, None, catalog), "needs_gateway", False):
+        raise _fail(console, f"agent {agent!r} calls a model: pass --model provider/model "
+                    "(e.g. scripted/solver for a dry run, openai/gpt-4.1)")
+
+    problems: list[str] = []  # preflight: each one line, all of them said at once
+    paths = discover_tasks(tasks_dir, include, exclude, n_tasks)
+    if not paths:
+        problems.append(f"no tasks selected in {tasks_dir}: a task is a folder holding "
+                        "task.toml (check --include/--exclude)")
+    problems_in_tasks = check_tasks(paths, need_solution=agent == "oracle", sandbox=sandbox)
+    _print_warning_groups(console, [p for p in problems_in_tasks if p.severity == "warning"])
+    tasks = [load_task_or_invalid(p, need_solution=agent == "oracle", sandbox=sandbox,
+                                  build_args=build_args) for p in paths]
+    invalid = [t for t in tasks if not t.is_valid]
+    if invalid:
+        _print_problems(console, [p for p in problems_in_tasks if p.severity == "error"])
+        console.print(f"[yellow]{len(invalid)} of {len(tasks)} tasks cannot run: their "
+                      "trials end as task_invalid, the others run (see `sandlot tasks "
+                      "check`)[/]")
+    backend = None
+    try:
+        backend = create_backend(
+            sandbox, cache, force_build=force_build,
+            base_image_overrides=parse_image_overrides(base_image_override),
+            image_policy=image_policy, insecure_registries=insecure_registry or (),
+            image_cache_max_bytes=int(image_cache_max_gb * 1e9) or None,
+            build_args=build_args,
+            notify=lambda line: console.print(f"[yellow]{escape(line)}[/]"))
+    except ValueError as exc:
+        raise _fail(console, str(exc)) from exc
+    except SandboxError as exc:
+        problems.append(f"sandbox {sandbox}: {exc}")
+    notes: list[str] = []
+    if route is not None and not no_preflight:
+        from sandlot.preflight import check_model
+
+        found = asyncio.run(check_model(route))
+        problems += found.problems
+        notes += found.notes
+    if problems or backend is None:
+        raise _fail_preflight(console, problems, route is not None and not no_preflight)
+    for note in notes:
+        console.print(f"[dim]{escape(note)}[/]", soft_wrap=True)
     config = JobConfig(
         job_name=job_name or datetime.now().strftime("%Y-%m-%d__%H-%M-%S"),
         agent_version=agent_version,
@@ -350,23 +402,12 @@ def run(
         sandbox=sandbox, max_copy_out_mb=max_copy_out_mb, jobs_dir=str(jobs_root),
         task_digests={t.name: hash_tree(t.path) for t in tasks},
     )
-    try:
-        backend = create_backend(
-            sandbox, cache, force_build=force_build,
-            base_image_overrides=parse_image_overrides(base_image_override),
-            image_policy=image_policy, insecure_registries=insecure_registry or (),
-            image_cache_max_bytes=int(image_cache_max_gb * 1e9) or None,
-            build_args=build_args,
-            notify=lambda line: console.print(f"[yellow]{escape(line)}[/]"))
-    except (ValueError, SandboxError) as exc:
-        raise _fail(console, str(exc)) from exc
     gateway = None
-    if model is not None:
-        gateway = _make_gateway(console, model, api_base, api_key_env,
-                                _scripts_dirs(scripts_dir, tasks_dir))
-    elif getattr(create_agent(agent, None, catalog), "needs_gateway", False):
-        raise _fail(console, f"agent {agent!r} calls a model: pass --model provider/model "
-                    "(e.g. scripted/solver for a dry run, openai/gpt-4.1)")
+    if route is not None:
+        from sandlot.gateway.routing import Router
+        from sandlot.gateway.server import Gateway
+
+        gateway = Gateway(Router(route))
     from sandlot.display import make_display
 
     masked = (tasks_dir.resolve(), jobs_root, cache)
@@ -382,8 +423,10 @@ def run(
     try:
         with display:
             summary = _run_cancellable(coro)
-    except (ConfigMismatchError, JobSetupError) as exc:
+    except ConfigMismatchError as exc:
         raise _fail(console, str(exc)) from exc
+    except JobSetupError as exc:
+        raise _fail_preflight(console, [str(exc)], False) from exc
     except (OSError, BaseExceptionGroup) as exc:
         os_error = _first_os_error(exc)
         if os_error is None:
@@ -403,6 +446,19 @@ def run(
                if (r := load_finished(jobs_root / config.job_name / f"{t.name}__{a}" /
                                       "result.json")) is not None]
     console.print(end_of_run(summary, results))
+    _exit_on_error_rate(console, summary, max_error_rate)
+
+
+def _exit_on_error_rate(console: Console, summary, limit: float) -> None:  # type: ignore[no-untyped-def]
+    """Exit 4 when errors, not the agent's failures, decided most of the job."""
+    from sandlot.report.summary import error_rate
+
+    rate = error_rate(summary)
+    if rate is not None and rate > limit:
+        console.print(f"[red]too many errors:[/] {summary.n_errored} of {summary.n_trials} "
+                      f"trials errored ({rate:.0%} > --max-error-rate {limit:g}): these "
+                      "figures are not a benchmark result; see errors by kind above")
+        raise typer.Exit(ExitCode.TOO_MANY_ERRORS)
 
 
 def _redact_names(names: list[str] | None) -> list[str]:
@@ -438,19 +494,19 @@ def _scripts_dirs(given: list[Path] | None, tasks_dir: Path) -> list[Path]:
     return [d.resolve() for d in dirs]
 
 
-def _make_gateway(console: Console, model: str, api_base: str | None,
+def _route_config(console: Console, model: str, api_base: str | None,
                   api_key_env: str | None, scripts_dirs: list[Path]):  # type: ignore[no-untyped-def]
-    """The job's gateway, with the route checked now so a bad --model fails before any trial."""
+    """The job's model route, checked now so a bad --model fails before anything else."""
     from sandlot.gateway.routing import RouteConfig, Router, RoutingError
     from sandlot.gateway.scripted import ScriptError
-    from sandlot.gateway.server import Gateway
 
+    route = RouteConfig(model=model, api_base=api_base, api_key_env=api_key_env,
+                        scripts_dirs=tuple(scripts_dirs))
     try:
-        router = Router(RouteConfig(model=model, api_base=api_base, api_key_env=api_key_env,
-                                    scripts_dirs=tuple(scripts_dirs)))
+        Router(route)
     except (RoutingError, ScriptError) as exc:
         raise _fail(console, str(exc)) from exc
-    return Gateway(router)
+    return route
 
 
 def _run_cancellable(coro):  # type: ignore[no-untyped-def]

@@ -243,9 +243,11 @@ def test_odd_instructions_run_or_are_refused_with_a_message(cache_dir, tmp_path,
     proc = run_sandlot(cache_dir, "run", str(refused), "--agent", "builtin",
                        "--model", "scripted/hello", "--jobs-dir", str(tmp_path / "jobs"),
                        "--job-name", "refused")
+    # Every trial errored: the job ran, and its exit code says it is not a result.
     record.attempt("run tasks with a binary / empty instruction.md",
-                   proc.returncode == 0 and "Traceback" not in proc.stdout + proc.stderr)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+                   proc.returncode == 4 and "Traceback" not in proc.stdout + proc.stderr)
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    assert "2 of 2 trials errored" in proc.stdout
     assert "binary/instruction.md" in proc.stdout and "empty/instruction.md" in proc.stdout
     for name in ("binary", "empty"):
         result = load(tmp_path / "jobs" / "refused" / f"{name}__1" / "result.json")

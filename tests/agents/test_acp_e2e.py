@@ -302,7 +302,7 @@ def test_an_agent_that_never_answers_the_handshake_is_errored_not_failed(run_cli
     proc = run_cli("run", str(tmp_path / "tasks"), "--agent", "sleepy", "--model",
                    "scripted/hello", "--jobs-dir", str(tmp_path / "jobs"), "--job-name", "j",
                    "--agents-file", str(agents_file))
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.returncode == 4, proc.stdout + proc.stderr  # its only trial errored
     result = _result(tmp_path / "jobs" / "j" / "sleepy__1")
     assert result["error"]["kind"] == "agent_handshake_timeout"
     assert result["reward"] is None and not result["passed"]

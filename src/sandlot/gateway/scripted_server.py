@@ -3,7 +3,8 @@
 It plays the upstream in tests and benchmarks: the gateway relays to it exactly as to a
 real provider (`--model openai/<id> --api-base http://127.0.0.1:PORT/v1`), so the relay,
 retries and LiteLLM translation are exercised over real HTTP. `required_key`, when set,
-is checked like a provider would, to prove the real key reaches the provider and only it.
+is checked like a provider would, to prove the real key reaches the provider and only it;
+`served_models`, when set, answers any other model name with 404 as a provider does.
 """
 
 from __future__ import annotations
@@ -21,9 +22,11 @@ PATHS = {"/v1/chat/completions": "chat", "/v1/messages": "messages", "/v1/respon
 
 
 class ScriptedServer:
-    def __init__(self, model: ScriptedModel, required_key: str | None = None) -> None:
+    def __init__(self, model: ScriptedModel, required_key: str | None = None,
+                 served_models: frozenset[str] | None = None) -> None:
         self.upstream = ScriptedUpstream(model)
         self.required_key = required_key
+        self.served_models = served_models
         self.seen_keys: list[str] = []
         self._runner: web.AppRunner | None = None
         self.port: int | None = None
@@ -61,6 +64,9 @@ class ScriptedServer:
         if fmt.name == "gemini":  # Google's: the model and the method are in the path
             model, _, method = request.match_info["target"].rpartition(":")
             body = {**body, "model": model, "stream": method == "streamGenerateContent"}
+        if self.served_models is not None and body.get("model") not in self.served_models:
+            message = f"The model `{body.get('model')}` does not exist"
+            return web.json_response(fmt.error_body(404, message), status=404)
         task = request.headers.get("x-sandlot-task")
         reply = await self.upstream.send(fmt, request.path, body, {},
                                          CallContext("upstream", task, str(body.get("model"))))

@@ -117,3 +117,12 @@ def summarize(job_name: str, agent: str, model: str | None, n_planned: int, max_
         n_resumed=n_resumed, n_cancelled=kinds.get(str(ErrorKind.CANCELLED), 0),
         complete=complete,
     )
+
+
+def error_rate(summary: JobSummary) -> float | None:
+    """The share of finished trials that ended in an error (not cancelled ones: a cancel is
+    the user's); None before any trial finished. `--max-error-rate` is compared to it."""
+    n_trials = summary.n_trials - summary.n_cancelled
+    if n_trials <= 0:
+        return None
+    return (summary.n_errored - summary.n_cancelled) / n_trials
