@@ -3,50 +3,27 @@ happened: the real CLI in a subprocess, the provider a real HTTP server on loopb
 
 from __future__ import annotations
 
-import asyncio
 import json
 import socket
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from gateway.gateway_support import ThreadedProvider
 from sandlot.exit_codes import ExitCode
 from sandlot.gateway.faults import classify
-from sandlot.gateway.scripted import find_model
-from sandlot.gateway.scripted_server import ScriptedServer
 
 pytestmark = [pytest.mark.e2e]
 
-SCRIPTS = Path(__file__).resolve().parent / "gateway" / "scripts"
 KEY = "sk-test-preflight-key"
 NO_KEYS = {"OPENAI_API_KEY": "", "GROQ_API_KEY": "", "ANTHROPIC_API_KEY": ""}
 
 
-class Provider:
-    """The scripted model served over real HTTP from a thread of this process."""
-
-    def __init__(self, **options: Any) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-        self.server = ScriptedServer(find_model("gw-tools", [SCRIPTS]), **options)
-        self._call(self.server.start())
-
-    def _call(self, coro: Any) -> Any:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout=30)
-
-    def close(self) -> None:
-        self._call(self.server.stop())
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(timeout=5)
-
-
 @pytest.fixture
-def provider() -> Iterator[Provider]:
-    served = Provider(required_key=KEY, served_models=frozenset({"m"}))
+def provider() -> Iterator[ThreadedProvider]:
+    served = ThreadedProvider("gw-tools", required_key=KEY, served_models=frozenset({"m"}))
     try:
         yield served
     finally:

@@ -446,6 +446,13 @@ def run(
                if (r := load_finished(jobs_root / config.job_name / f"{t.name}__{a}" /
                                       "result.json")) is not None]
     console.print(end_of_run(summary, results))
+    if summary.stopped:
+        not_started = summary.n_trials_planned - summary.n_trials
+        console.print(f"[red]stopped:[/] {escape(summary.stopped)}; "
+                      f"{summary.errors_by_kind.get('provider_error', 0)} trials ended as "
+                      f"provider_error and {not_started} were not started. Fix it, then run "
+                      "the same command to resume", soft_wrap=True)
+        raise typer.Exit(ExitCode.PROVIDER_FAILED)
     _exit_on_error_rate(console, summary, max_error_rate)
 
 

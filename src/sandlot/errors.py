@@ -36,6 +36,10 @@ class ErrorKind(StrEnum):
     #: The sandbox's disk quota (task.toml storage_mb) was used up by the command.
     DISK_LIMIT = "disk_limit"
     CANCELLED = "cancelled"
+    #: The model provider refused the job's key or does not serve its model: the job
+    #: stopped, and this trial's outcome is the provider's, not the agent's (rerun on
+    #: resume, once the key or the model name is fixed).
+    PROVIDER_ERROR = "provider_error"
     INTERNAL_ERROR = "internal_error"
 
 
@@ -54,8 +58,9 @@ AGENT_FAULT_KINDS: frozenset[ErrorKind] = frozenset(
 
 
 #: Who an error is the fault of: the agent (its own result), the task (its files or
-#: environment), sandlot (the harness or the machine: retried), or the user (a cancel).
-Cause = Literal["agent", "task", "sandlot", "user"]
+#: environment), sandlot (the harness or the machine: retried), the user (a cancel), or
+#: the provider (the model's API refused the key or the model).
+Cause = Literal["agent", "task", "sandlot", "user", "provider"]
 
 #: Kinds that say the verifier could not score: whose fault is decided by running it
 #: once more on a pristine sandbox (trial._attribute_verifier_fault).
@@ -73,7 +78,13 @@ def default_cause(kind: ErrorKind) -> Cause:
         return "sandlot"
     if kind is ErrorKind.CANCELLED:
         return "user"
+    if kind is ErrorKind.PROVIDER_ERROR:
+        return "provider"
     return "task"
+
+
+#: Kinds that are not a trial's result: a resumed job runs these trials again.
+RERUN_ON_RESUME: frozenset[ErrorKind] = frozenset({ErrorKind.CANCELLED, ErrorKind.PROVIDER_ERROR})
 
 
 class TrialError(Exception):

@@ -24,6 +24,9 @@ class ExitCode(IntEnum):
     #: The job ran, but more of its trials ended in errors than --max-error-rate allows:
     #: its figures are not a benchmark result.
     TOO_MANY_ERRORS = 4
+    #: The provider refused the key or does not serve the model mid-run: the job stopped
+    #: launching trials; those it cut short are `provider_error`. Fix, then resume.
+    PROVIDER_FAILED = 5
     #: Interrupted (Ctrl-C, SIGTERM) after cleaning up; run the same command to resume.
     INTERRUPTED = 130
 
@@ -35,6 +38,8 @@ RUN_EXIT_CODES = (
     (ExitCode.PREFLIGHT, "cannot run here: a credential, the provider, no tasks, the agent "
                          "install or the sandbox backend; nothing was started"),
     (ExitCode.TOO_MANY_ERRORS, "the job ran but more trials errored than --max-error-rate"),
+    (ExitCode.PROVIDER_FAILED, "the provider refused the key or the model mid-run: the job "
+                               "stopped early; fix it and run again to resume"),
     (ExitCode.INTERRUPTED, "interrupted (Ctrl-C, SIGTERM); run again to resume"),
 )
 

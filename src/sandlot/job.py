@@ -19,7 +19,7 @@ from pydantic import ValidationError
 
 from sandlot.agents import create_agent
 from sandlot.agents.acp_registry import AgentCatalog
-from sandlot.errors import RETRYABLE_KINDS, ErrorKind
+from sandlot.errors import RERUN_ON_RESUME, RETRYABLE_KINDS
 from sandlot.fsutil import write_model
 from sandlot.hostguard import remove_tree
 from sandlot.live import TrialLive
@@ -77,12 +77,15 @@ class JobRun:
     plans: list[TrialPlan]
     results: dict[str, TrialResult] = field(default_factory=dict)
     n_resumed: int = 0
+    #: Why the job stopped before its end (the provider refused the key or the model).
+    stopped: str | None = None
 
     def summary(self, complete: bool = False) -> JobSummary:
         ordered = [self.results[p.name] for p in self.plans if p.name in self.results]
         return summarize(self.config.job_name, self.config.agent, self.config.model,
                          len(self.plans), self.config.n_attempts, ordered,
-                         n_resumed=self.n_resumed, complete=complete)
+                         n_resumed=self.n_resumed, complete=complete and not self.stopped,
+                         stopped=self.stopped)
 
     def write_summary(self, complete: bool = False) -> JobSummary:
         summary = self.summary(complete)
@@ -128,12 +131,13 @@ def prepare_job_dir(config: JobConfig) -> Path:
 
 
 def load_finished(path: Path) -> TrialResult | None:
-    """A trial's result if it finished (cancelled trials are rerun on resume)."""
+    """A trial's result if it finished (cancelled trials, and those a provider failure
+    stopped, are rerun on resume)."""
     try:
         result = TrialResult.model_validate_json(path.read_text())
     except (OSError, ValueError):
         return None
-    if result.error is not None and result.error.kind is ErrorKind.CANCELLED:
+    if result.error is not None and result.error.kind in RERUN_ON_RESUME:
         return None
     return result
 
@@ -204,6 +208,21 @@ async def run_job(config: JobConfig, tasks: list[Task], backend: SandboxBackend,
     slots = asyncio.Semaphore(config.n_concurrent)
 
     async def one(plan: TrialPlan) -> None:
+        try:
+            await one_trial(plan)
+        except asyncio.CancelledError:
+            if run.stopped is None:
+                raise
+            # Cancelled by the provider stop, not by the user: the job goes on to its end.
+            current = asyncio.current_task()
+            if current is not None:
+                current.uncancel()
+            stopped = load_result(plan.dir / "result.json")
+            if stopped is not None:  # it had started: it recorded itself as provider_error
+                run.results[plan.name] = stopped
+                observer.trial_finished(stopped, run.write_summary())
+
+    async def one_trial(plan: TrialPlan) -> None:
         async with slots:
             earlier_usage: list[dict[str, object]] = []  # spent by tries that were retried
             for try_number in range(1, config.max_retries + 2):
@@ -229,21 +248,43 @@ async def run_job(config: JobConfig, tasks: list[Task], backend: SandboxBackend,
 
     if gateway is not None and pending:
         await gateway.start()
+    watcher: asyncio.Task[None] | None = None
     try:
         async with asyncio.TaskGroup() as group:
-            for plan in pending:
-                group.create_task(one(plan))
+            trials = [group.create_task(one(plan)) for plan in pending]
+            if gateway is not None and trials:
+                watcher = asyncio.create_task(_stop_on_provider_failure(gateway, run, trials))
     except asyncio.CancelledError:
         _record_cancelled(run)
         with contextlib.suppress(Exception):
             run.write_summary()
         raise
     finally:
+        if watcher is not None:
+            watcher.cancel()
         if gateway is not None and pending:
             await asyncio.shield(gateway.stop())
     summary = run.write_summary(complete=True)
     _notify(observer, "job_finished", summary)
     return summary
+
+
+async def _stop_on_provider_failure(gateway: Any, run: JobRun,
+                                    trials: list[asyncio.Task[None]]) -> None:
+    """When the provider refuses the key or the model, no trial can do better: stop
+    launching, and end the running ones as provider_error (they rerun on resume)."""
+    failure = await gateway.health.wait_fatal()
+    run.stopped = failure.message
+    for trial in trials:
+        trial.cancel()
+
+
+def load_result(path: Path) -> TrialResult | None:
+    """Whatever result.json a trial wrote, or None."""
+    try:
+        return TrialResult.model_validate_json(path.read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def _notify(observer: object, hook: str, *args: object) -> None:

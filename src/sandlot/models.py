@@ -72,7 +72,8 @@ class ErrorInfo(BaseModel):
     caused_by: Cause | None = Field(
         default=None, description="Whose fault: `agent`, `task` (its files or "
         "environment; for a verifier that cannot score, confirmed on a pristine sandbox), "
-        "`sandlot` (the harness or the machine; retried) or `user` (cancelled).")
+        "`sandlot` (the harness or the machine; retried), `user` (cancelled) or `provider` "
+        "(the model's API refused the key or the model).")
 
 
 IntegrityStatus = Literal["clean", "neutralized", "tampered"]
@@ -308,4 +309,8 @@ class JobSummary(BaseModel):
     n_resumed: int = Field(default=0, description="Trials kept from an earlier run.")
     n_cancelled: int = 0
     complete: bool = False
+    stopped: str | None = Field(
+        default=None, description="Why the job stopped before its end: the provider refused "
+        "the key or does not serve the model. The trials it cut short are `provider_error`; "
+        "those not started have no result. Both run on resume.")
     updated_at: str = Field(default_factory=utc_now)

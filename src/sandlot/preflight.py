@@ -19,7 +19,7 @@ from typing import Any
 
 from sandlot.gateway.faults import classify, describe
 from sandlot.gateway.formats import FORMATS
-from sandlot.gateway.routing import RouteConfig, Router
+from sandlot.gateway.routing import RouteConfig, Router, key_env
 from sandlot.gateway.upstream import PASSTHROUGH, CallContext, LiteLLMUpstream
 
 PROBE_TIMEOUT_SEC = 60.0
@@ -35,14 +35,6 @@ class ModelCheck:
 
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-
-
-def key_env(config: RouteConfig) -> str | None:
-    """The variable the job's provider key is read from, when sandlot knows it."""
-    if config.api_key_env:
-        return config.api_key_env
-    route = PASSTHROUGH.get(config.model.partition("/")[0])
-    return route[1] if route else None
 
 
 def missing_credentials(config: RouteConfig) -> list[str]:

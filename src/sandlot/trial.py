@@ -207,7 +207,7 @@ class _Trial:
             self._record(exc)
         except asyncio.CancelledError as exc:
             cancelled = exc
-            self._record(TrialError(ErrorKind.CANCELLED, "the run was interrupted", None))
+            self._record(self._cancel_reason())
         except Exception as exc:
             write_atomic(self.plan.dir / "exception.txt", traceback.format_exc())
             self._record(TrialError(ErrorKind.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}",
@@ -232,6 +232,26 @@ class _Trial:
         await self._collect(sandbox)
         with self.clock.phase("verify"):
             await self._verify(sandbox)
+
+    def _cancel_reason(self) -> TrialError:
+        """Why the trial was cancelled: the user, or the job stopping on a provider failure."""
+        gateway = self.settings.gateway
+        failure = gateway.health.fatal if gateway is not None else None
+        if failure is None:
+            return TrialError(ErrorKind.CANCELLED, "the run was interrupted", None)
+        return TrialError(ErrorKind.PROVIDER_ERROR, f"the job stopped: {failure.message}",
+                          self.live.phase if self.live.phase in ("agent",) else None,
+                          caused_by="provider")
+
+    def _raise_if_the_provider_failed(self) -> None:
+        """A trial whose own request met a refused key or an unknown model: whatever the
+        agent did next (gave up, crashed, answered nothing) is the provider's doing."""
+        failure = getattr(self.session, "provider_failure", None)
+        if failure is None:
+            return
+        self.result.error = None  # an agent fault recorded a moment ago is replaced
+        raise TrialError(ErrorKind.PROVIDER_ERROR, failure.message, "agent",
+                         caused_by="provider")
 
     def _record(self, exc: TrialError) -> None:
         if self.result.error is None:
@@ -318,6 +338,7 @@ class _Trial:
             exc.phase = exc.phase or "agent"
             self.result.agent_info.update(exc.details)
             if exc.kind not in VERIFY_AFTER:
+                self._raise_if_the_provider_failed()
                 raise
             self._record(exc)
         finally:
@@ -327,6 +348,7 @@ class _Trial:
             # ...and its key dies with them: nothing after may call the model.
             if self.session is not None:
                 await self.settings.gateway.close_trial(self.session)
+        self._raise_if_the_provider_failed()
 
     async def _agent_turns(self, ctx: AgentContext) -> None:
         settings, result = self.settings, self.result

@@ -8,17 +8,13 @@ provider; the built-in agent reaches it through the gateway (`openai/...` pass-t
 
 from __future__ import annotations
 
-import asyncio
 import secrets
-import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from sandlot.gateway.scripted import find_model
-from sandlot.gateway.scripted_server import ScriptedServer
+from gateway.gateway_support import ThreadedProvider
 
 from .support import SCRIPTS, files_containing, load, needs_root_sandbox, run_sandlot, write_task
 
@@ -29,25 +25,6 @@ ANTHROPIC_KEY = "sk-ant-api03-" + secrets.token_urlsafe(70)
 ENV_SH = "env > /logs/verifier/env.txt; echo 1 > /logs/verifier/reward.txt\n"
 
 
-class Provider:
-    """The scripted model served over HTTP from a thread of this process."""
-
-    def __init__(self, script: str, required_key: str) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-        self.server = ScriptedServer(find_model(script, [SCRIPTS]), required_key=required_key)
-        self._call(self.server.start())
-
-    def _call(self, coro: Any) -> Any:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout=30)
-
-    def close(self) -> None:
-        self._call(self.server.stop())
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(timeout=5)
-
-
 @pytest.fixture(scope="module")
 def keyed_run(cache_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     root = tmp_path_factory.mktemp("secrets")
@@ -55,7 +32,7 @@ def keyed_run(cache_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iter
                instruction="Report what the sandbox holds.\n")
     write_task(root / "tasks", "proc-environ", test_sh=ENV_SH,
                instruction="Report what the sandbox holds: proc-environ.\n")
-    provider = Provider("adv-secrets", required_key=OPENAI_KEY)
+    provider = ThreadedProvider("adv-secrets", SCRIPTS, required_key=OPENAI_KEY)
     try:
         proc = run_sandlot(cache_dir, "run", str(root / "tasks"), "--agent", "builtin",
                            "--model", "openai/adv-model", "--api-base", provider.server.base_url,

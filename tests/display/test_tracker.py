@@ -6,6 +6,7 @@ import threading
 
 import pytest
 
+from sandlot.display.text import footer_parts
 from sandlot.display.tracker import LiveFigures, RunTracker, activity_text, read_figures
 
 from .support import DeadGateway, gateway_usage, live_trial, result, summary_of
@@ -30,6 +31,24 @@ def test_gateway_figure_counts_the_streaming_estimate_cost_and_requests_in_fligh
     live = live_trial(clock, "t", gateway=gateway_usage(1_000, streaming_chars=400, cost=0.5,
                                                         in_flight=1))
     assert read_figures(live) == LiveFigures(1_100, 1_100, None, 0.5, 1)
+
+
+def test_rate_limits_of_running_trials_show_in_the_footer(clock):
+    tracker = RunTracker(model="m", n_planned=3, clock=clock)
+    throttled = gateway_usage(1_000, in_flight=1)
+    throttled.rate_limited()
+    throttled.rate_limited()
+    throttled.waiting(+1)  # its request is sleeping before its next try
+    tracker.trial_started(None, 1, live_trial(clock, "a", gateway=throttled))
+    tracker.trial_started(None, 1, live_trial(clock, "b", gateway=gateway_usage(500)))
+    frame = tracker.frame()
+    assert (frame.n_backing_off, frame.n_rate_limited) == (1, 2)
+    assert "rate limited: 1 waiting, 2 × 429" in footer_parts(frame)
+    throttled.waiting(-1)
+    assert tracker.frame().n_backing_off == 0
+    quiet = RunTracker(model="m", n_planned=1, clock=clock)
+    quiet.trial_started(None, 1, live_trial(clock, "c", gateway=gateway_usage(500)))
+    assert not any("rate limited" in part for part in footer_parts(quiet.frame()))
 
 
 def test_activity_text_shapes():

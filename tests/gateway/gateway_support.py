@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -79,3 +81,23 @@ async def provider(required_key: str | None) -> AsyncIterator[ScriptedServer]:
         yield server
     finally:
         await server.stop()
+
+
+class ThreadedProvider:
+    """A scripted model served as a provider over real HTTP from a thread of this process,
+    for tests that run the CLI in a subprocess against it."""
+
+    def __init__(self, script: str, scripts_dir: Path = SCRIPTS, **options: Any) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.server = ScriptedServer(find_model(script, [scripts_dir]), **options)
+        self._call(self.server.start())
+
+    def _call(self, coro: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout=30)
+
+    def close(self) -> None:
+        self._call(self.server.stop())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout=5)

@@ -144,6 +144,21 @@ def test_provider_rejecting_the_key_is_relayed_not_retried(runner, tmp_path, mon
             (rec,) = records(session)
             assert rec["status"] == 401 and rec["attempts"] == 1
             assert "bad provider key" in rec["upstream_error"]
+            # The job is told once; every later request, of any trial, is answered here
+            # without asking the provider again.
+            failure = gw.health.fatal
+            assert failure is not None and failure.fault == "auth" and failure.status == 401
+            assert session.provider_failure == failure
+            other = await gw.open_trial("t2", "task", tmp_path / "traj2")
+            async with oai(gw, other.key) as client:
+                with pytest.raises(openai.AuthenticationError) as again:
+                    await client.chat.completions.create(model="m", messages=USER)
+            assert "refused the key for openai/m1 (HTTP 401)" in again.value.body["message"]
+            assert KEY_ENV in again.value.body["message"]
+            assert server.seen_keys == [""], "the provider was not asked a second time"
+            assert other.provider_failure == failure
+            (rec2,) = records(other)
+            assert rec2["status"] == 401 and rec2["upstream_error"].startswith("not sent:")
 
     runner.run(body())
 

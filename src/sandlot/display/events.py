@@ -49,6 +49,7 @@ def frame_fields(frame: Frame) -> dict[str, Any]:
         "elapsed_sec": round(frame.elapsed_sec, 3),
         "eta_sec": None if frame.eta_sec is None else round(frame.eta_sec, 1),
         "stalled": frame.stalled,
+        "backing_off": frame.n_backing_off, "rate_limited": frame.n_rate_limited,
     }
 
 

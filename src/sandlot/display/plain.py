@@ -69,7 +69,9 @@ def stall_text(row: TrialRow, stall_after_sec: float) -> str:
         what.append(f"{row.tool_calls} calls")
     if row.figures.tokens is not None:
         what.append(f"{tokens_text(row.figures.tokens)} tok")
-    if row.figures.in_flight:
+    if row.figures.backing_off:
+        what.append("waiting out a rate limit")
+    elif row.figures.in_flight:
         what.append("waiting on the model")
     return (f"[yellow]⚠ stalled[/] {escape(row.name)}: no progress for "
             f"{duration_text(max(row.idle_sec, stall_after_sec))} ({escape(', '.join(what))})")

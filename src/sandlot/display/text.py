@@ -41,6 +41,9 @@ def footer_parts(frame: Frame) -> list[str]:
     if frame.telemetry is not None:
         have, want = frame.telemetry
         parts.append(f"telemetry {have}/{want}" if want else "telemetry —")
+    if frame.n_backing_off or frame.n_rate_limited:
+        parts.append(f"rate limited: {frame.n_backing_off} waiting, "
+                     f"{frame.n_rate_limited} × 429")
     return parts
 
 

@@ -54,6 +54,10 @@ class LiveFigures(NamedTuple):
     cost_usd: float | None = None
     #: Model requests in flight at the gateway (0 when unknown).
     in_flight: int = 0
+    #: Of those, requests waiting out a backoff after a 429 or 5xx before their next try.
+    backing_off: int = 0
+    #: 429 answers this trial's requests got so far.
+    rate_limited: int = 0
 
 
 NO_FIGURES = LiveFigures()
@@ -73,10 +77,12 @@ def read_figures(live: TrialLive) -> LiveFigures:
         cost = snap["cost_usd"]
         cost = None if cost is None else float(cost)
         in_flight = int(snap["in_flight"])
+        backing_off = int(snap.get("backing_off") or 0)
+        rate_limited = int(snap.get("n_rate_limited") or 0)
     except Exception:  # a dead or torn-down counter: fall back to the self-report
         return NO_FIGURES if reported is None else LiveFigures(reported, None, reported)
     tokens = gateway if reported is None or gateway >= reported else reported
-    return LiveFigures(tokens, gateway, reported, cost, in_flight)
+    return LiveFigures(tokens, gateway, reported, cost, in_flight, backing_off, rate_limited)
 
 
 @dataclass(slots=True)
@@ -153,6 +159,10 @@ class Frame:
     n_more: int
     #: Names of every stalled running trial (shown or not).
     stalled: list[str]
+    #: Running trials' model requests waiting out a backoff (429/5xx), and the 429s those
+    #: trials got so far: a provider throttling the job shows here before it shows as time.
+    n_backing_off: int = 0
+    n_rate_limited: int = 0
     #: Trials that became stalled / moved again since the previous frame.
     stall_started: list[TrialRow] = field(default_factory=list)
     stall_cleared: list[str] = field(default_factory=list)
@@ -286,6 +296,7 @@ class RunTracker:
         started: list[RunningTrial] = []
         cleared: list[str] = []
         figures: dict[str, LiveFigures] = {}
+        backing_off = rate_limited = 0
         for entry in entries:
             if entry.retry_kind is not None:
                 continue  # the failed try's live figure is gone; the next try is not here yet
@@ -300,6 +311,8 @@ class RunTracker:
                 expected += 1
             if fig.cost_usd is not None:
                 live_cost = (live_cost or 0.0) + fig.cost_usd
+            backing_off += fig.backing_off
+            rate_limited += fig.rate_limited
             agent = live.agent
             mark = (live.phase, agent.tool_calls, agent.message_chunks,
                     fig.self_reported_tokens, fig.gateway_tokens)
@@ -357,6 +370,7 @@ class RunTracker:
             tokens_per_sec=spent / elapsed if tokens is not None and elapsed >= 1 else None,
             elapsed_sec=elapsed, eta_sec=eta, stall_after_sec=self.stall_after_sec,
             rows=rows, n_more=len(entries) - len(rows), stalled=stalled_names,
+            n_backing_off=backing_off, n_rate_limited=rate_limited,
             stall_started=[by_name.get(e.name) or self._row(e, figures.get(e.name), now)
                            for e in started],
             stall_cleared=cleared,

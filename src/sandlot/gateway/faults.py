@@ -20,12 +20,14 @@ ProviderFault = Literal["auth", "unknown_model", "rate_limited", "unavailable", 
 FATAL_FAULTS: frozenset[ProviderFault] = frozenset({"auth", "unknown_model"})
 
 _UNKNOWN_MODEL = re.compile(
-    r"model[^\n]{0,120}?(not[ _]found|does not exist|not exist|unknown|invalid|not a valid|"
-    r"not supported|no such|not available|is not served)|"
-    r"(unknown|invalid|unsupported|no such)[ _]model|model_not_found|NotFoundError",
-    re.IGNORECASE)
+    r"model[^\n]{0,80}?(not[ _]found|does not exist|is not a valid model|no such|"
+    r"is not served)|(unknown|invalid|unsupported|no such)[ _]model|model_not_found|"
+    r"NotFoundError", re.IGNORECASE)
 _AUTH = re.compile(r"AuthenticationError|PermissionDeniedError|invalid[ _]api[ _]key|"
                    r"incorrect api key|unauthori[sz]ed|api key not valid", re.IGNORECASE)
+#: The agent's request was too long for the model: its own problem, whatever else it says.
+_AGENTS_OWN = re.compile(r"context[ _](length|window)|maximum context|too many tokens|"
+                         r"prompt is too long", re.IGNORECASE)
 
 
 def classify(status: int, error_text: str = "") -> ProviderFault | None:
@@ -45,6 +47,8 @@ def classify(status: int, error_text: str = "") -> ProviderFault | None:
         return "rate_limited"
     if status >= 500 or status in (408, 409):
         return "unavailable"
+    if _AGENTS_OWN.search(error_text):
+        return "bad_request"
     if _AUTH.search(error_text):
         return "auth"
     if _UNKNOWN_MODEL.search(error_text):

@@ -29,6 +29,14 @@ class RouteConfig:
     scripts_dirs: tuple[Path, ...] = field(default_factory=tuple)
 
 
+def key_env(config: RouteConfig) -> str | None:
+    """The variable the job's provider key is read from, when sandlot knows it."""
+    if config.api_key_env:
+        return config.api_key_env
+    route = PASSTHROUGH.get(config.model.partition("/")[0])
+    return route[1] if route else None
+
+
 class Router:
     """One upstream per wire format for the job's model, created on first use."""
 

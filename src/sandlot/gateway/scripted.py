@@ -37,12 +37,16 @@ class ScriptError(ValueError):
 
 @dataclass(frozen=True)
 class Fault:
-    #: "429", "500", "502", "503", "529", "stall" (wait, then answer) or "cut" (a streamed
-    #: answer stops midway; on a non-streamed request it does not fire)
+    #: An HTTP status ("400", "401", "403", "404", "429", "500", "502", "503", "529"),
+    #: "stall" (wait, then answer) or "cut" (a streamed answer stops midway; on a
+    #: non-streamed request it does not fire)
     kind: str
     times: int = 1
     retry_after_sec: float | None = None
     seconds: float = 5.0
+
+
+FAULT_KINDS = ("400", "401", "403", "404", "429", "500", "502", "503", "529", "stall", "cut")
 
 
 @dataclass
@@ -111,10 +115,9 @@ def _turn(raw: Any, where: str) -> Turn:
     if "fault" in raw:
         f = raw["fault"]
         f = {"kind": f} if isinstance(f, str | int) and not isinstance(f, bool) else f
-        if not isinstance(f, dict) or str(f.get("kind")) not in {"429", "500", "502", "503",
-                                                                  "529", "stall", "cut"}:
-            raise ScriptError(f"{where}: fault.kind must be 429, 500, 502, 503, 529, stall "
-                              "or cut (cut applies to streamed requests only)")
+        if not isinstance(f, dict) or str(f.get("kind")) not in FAULT_KINDS:
+            raise ScriptError(f"{where}: fault.kind must be one of {', '.join(FAULT_KINDS)} "
+                              "(cut applies to streamed requests only)")
         try:
             retry_after = f.get("retry_after_sec")
             fault = Fault(kind=str(f["kind"]), times=int(f.get("times", 1)),

@@ -21,11 +21,13 @@ from typing import Any
 
 from aiohttp import web
 
+from sandlot.gateway.faults import FATAL_FAULTS
 from sandlot.gateway.formats import FORMATS, SSEParser, WireFormat
 from sandlot.gateway.formats.base import Usage
+from sandlot.gateway.health import ProviderFailure, ProviderHealth
 from sandlot.gateway.netns import listen_in_netns, netns_cookie
 from sandlot.gateway.prices import PriceTable
-from sandlot.gateway.routing import Router
+from sandlot.gateway.routing import Router, key_env
 from sandlot.gateway.upstream import RETRYABLE_STATUS, CallContext, UpstreamReply
 from sandlot.gateway.usage import LiveUsage
 
@@ -74,6 +76,9 @@ class TrialSession:
     #: The network namespace of that listener: requests arriving from it must carry this
     #: trial's key, not another live trial's.
     netns_cookie: int | None = None
+    #: Set when one of this trial's requests met the answer that stops the job (a refused
+    #: key, an unknown model): the trial's outcome is the provider's, not the agent's.
+    provider_failure: ProviderFailure | None = None
 
 
 class Gateway:
@@ -85,6 +90,8 @@ class Gateway:
         self.prices = prices or PriceTable(extra=router.extra_prices())
         self.retry = retry or RetryPolicy()
         self.per_trial_concurrency = per_trial_concurrency
+        #: The provider's state across trials: the fault that stops the job, rate limits.
+        self.health = ProviderHealth(model=router.config.model, key_env=key_env(router.config))
         self._sessions: dict[str, TrialSession] = {}
         #: A sandbox's network namespace (its cookie) -> the key of the trial it belongs to.
         self._netns_keys: dict[int, str] = {}
@@ -258,9 +265,16 @@ class Gateway:
         usage, ok = Usage(), False
         progress = [0]  # live-estimate chars added so far, taken back when the call ends
         try:
+            if (failure := self.health.fatal) is not None:
+                # The provider already refused the key or the model: do not ask it again.
+                session.provider_failure = failure
+                record["status"] = failure.status
+                record["upstream_error"] = f"not sent: {failure.message}"
+                return web.json_response(fmt.error_body(failure.status, failure.message),
+                                         status=failure.status)
             upstream = self.router.upstream(fmt.name)
             reply, attempts, errors = await self._send_with_retries(
-                upstream, fmt, request.path, body, headers, ctx)
+                upstream, fmt, request.path, body, headers, ctx, session)
             record["attempts"] = attempts
             if errors:
                 record["retried_errors"] = errors
@@ -291,12 +305,20 @@ class Gateway:
 
     async def _send_with_retries(self, upstream: Any, fmt: WireFormat, path: str,
                                  body: dict[str, Any], headers: dict[str, str],
-                                 ctx: CallContext) -> tuple[UpstreamReply, int, list[str]]:
+                                 ctx: CallContext, session: TrialSession,
+                                 ) -> tuple[UpstreamReply, int, list[str]]:
+        """Retries 429/5xx with jittered backoff; every answer is classified on the way, so
+        a refused key or an unknown model stops the job (see ProviderHealth)."""
         errors: list[str] = []
         attempt = 0
         while True:
             attempt += 1
             reply = await upstream.send(fmt, path, body, headers, ctx)
+            fault = self.health.observe(reply.status, reply.error)
+            if fault == "rate_limited":
+                session.usage.rate_limited()
+            if fault in FATAL_FAULTS:
+                session.provider_failure = self.health.fatal
             if reply.status not in RETRYABLE_STATUS or attempt > self.retry.max_retries:
                 return reply, attempt, errors
             delay = self.retry.delay(attempt, reply.headers.get("retry-after"))
@@ -304,7 +326,13 @@ class Gateway:
                 return reply, attempt, errors
             errors.append(f"HTTP {reply.status}: {(reply.error or '')[:300]}")
             await reply.aclose()
-            await asyncio.sleep(delay)
+            session.usage.waiting(+1)
+            self.health.waiting(+1)
+            try:
+                await asyncio.sleep(delay)
+            finally:
+                session.usage.waiting(-1)
+                self.health.waiting(-1)
 
     async def _relay_stream(self, request: web.Request, session: TrialSession,
                             fmt: WireFormat, reply: UpstreamReply,

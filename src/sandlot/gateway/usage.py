@@ -18,6 +18,8 @@ class UsageTotals:
     cost_usd: float | None = None
     n_requests: int = 0
     n_errors: int = 0
+    #: Provider answers of 429 (each waited out and retried, or passed to the agent).
+    n_rate_limited: int = 0
 
     @property
     def total_tokens(self) -> int:
@@ -29,7 +31,8 @@ class UsageTotals:
                 "cache_write_tokens": self.cache_write_tokens,
                 "reasoning_tokens": self.reasoning_tokens, "total_tokens": self.total_tokens,
                 "cost_usd": None if self.cost_usd is None else round(self.cost_usd, 8),
-                "n_requests": self.n_requests, "source": "gateway"}
+                "n_requests": self.n_requests, "n_rate_limited": self.n_rate_limited,
+                "source": "gateway"}
 
 
 @dataclass
@@ -43,11 +46,21 @@ class LiveUsage:
     totals: UsageTotals = field(default_factory=UsageTotals)
     streaming_chars: int = 0
     in_flight: int = 0
+    #: Requests now waiting out a backoff before their next try (a rate limit, an outage).
+    backing_off: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def begin(self) -> None:
         with self._lock:
             self.in_flight += 1
+
+    def rate_limited(self) -> None:
+        with self._lock:
+            self.totals.n_rate_limited += 1
+
+    def waiting(self, delta: int) -> None:
+        with self._lock:
+            self.backing_off += delta
 
     def stream_progress(self, n_chars: int) -> None:
         with self._lock:
@@ -74,4 +87,5 @@ class LiveUsage:
             out = self.totals.as_dict()
             out["streaming_output_tokens_estimate"] = self.streaming_chars // 4
             out["in_flight"] = self.in_flight
+            out["backing_off"] = self.backing_off
             return out

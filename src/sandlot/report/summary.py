@@ -39,7 +39,7 @@ def task_pass_at_k(results: list[TrialResult], max_k: int) -> dict[str, float]:
 
 
 USAGE_INT_FIELDS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens",
-                    "reasoning_tokens", "total_tokens", "n_requests")
+                    "reasoning_tokens", "total_tokens", "n_requests", "n_rate_limited")
 
 
 def sum_usage(usages: list[dict[str, object]]) -> dict[str, object] | None:
@@ -82,7 +82,7 @@ def integrity_counts(scored: list[TrialResult]) -> dict[str, int]:
 
 def summarize(job_name: str, agent: str, model: str | None, n_planned: int, max_k: int,
               results: list[TrialResult], *, n_resumed: int = 0,
-              complete: bool = False) -> JobSummary:
+              complete: bool = False, stopped: str | None = None) -> JobSummary:
     scored = [r for r in results if r.scored]
     errored = [r for r in results if not r.scored]
     n_passed = sum(r.passed for r in scored)
@@ -115,7 +115,7 @@ def summarize(job_name: str, agent: str, model: str | None, n_planned: int, max_
         spend_usd=round(sum(float(c) for c in costs), 8) if costs else None,  # type: ignore[arg-type]
         **usage_rates(results, usage, n_passed, model is not None),  # type: ignore[arg-type]
         n_resumed=n_resumed, n_cancelled=kinds.get(str(ErrorKind.CANCELLED), 0),
-        complete=complete,
+        complete=complete, stopped=stopped,
     )
 
 
