@@ -6,6 +6,7 @@ import io
 import os
 import stat
 import tarfile
+import uuid
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,9 @@ from sandlot.images.reference import ImageReferenceError, parse_image_ref
 from sandlot.images.unpack import LayerUnpackError, unpack_layer
 
 pytestmark = pytest.mark.timeout(60)
+
+# A name no other process on this machine uses, so "nothing landed outside" checks only this test.
+ESCAPED = f"escaped-{uuid.uuid4().hex[:12]}"
 
 
 def layer(path: Path, members: list[tuple[tarfile.TarInfo, bytes | None]], mode: str = "w:gz"
@@ -66,14 +70,14 @@ def test_a_whiteout_becomes_an_overlay_whiteout(tmp_path):
 
 
 @pytest.mark.parametrize("members", [
-    [(entry("../escaped"), b"x")],
-    [(entry("a/../../escaped"), b"x")],
-    [(entry("link", tarfile.SYMTYPE, linkname="/tmp"), None), (entry("link/escaped"), b"x")],
-    [(entry("link", tarfile.SYMTYPE, linkname="../.."), None), (entry("link/escaped"), b"x")],
+    [(entry(f"../{ESCAPED}"), b"x")],
+    [(entry(f"a/../../{ESCAPED}"), b"x")],
+    [(entry("link", tarfile.SYMTYPE, linkname="/tmp"), None), (entry(f"link/{ESCAPED}"), b"x")],
+    [(entry("link", tarfile.SYMTYPE, linkname="../.."), None), (entry(f"link/{ESCAPED}"), b"x")],
     [(entry("hard", tarfile.LNKTYPE, linkname="../outside/secret"), None)],
     [(entry("link", tarfile.SYMTYPE, linkname=".."), None),
      (entry("hard", tarfile.LNKTYPE, linkname="link/outside/secret"), None)],
-    [(entry("link", tarfile.SYMTYPE, linkname="/tmp"), None), (entry("link/.wh.x"), b"")],
+    [(entry("link", tarfile.SYMTYPE, linkname="/tmp"), None), (entry(f"link/.wh.{ESCAPED}"), b"")],
 ], ids=["dotdot", "nested-dotdot", "through-absolute-link", "through-relative-link",
         "hardlink-out", "hardlink-through-link", "whiteout-through-link"])
 def test_a_member_that_would_land_outside_fails_the_unpack(tmp_path, members):
@@ -85,8 +89,8 @@ def test_a_member_that_would_land_outside_fails_the_unpack(tmp_path, members):
         unpack_layer(layer(tmp_path / "bad.tar", members, "w"), dest)
     assert sorted(p.name for p in outside.iterdir()) == ["secret"]
     assert (outside / "secret").read_text() == "host\n"
-    assert not (tmp_path / "escaped").exists() and not (tmp_path / "layers" / "escaped").exists()
-    assert not Path("/tmp/escaped").exists() and not Path("/tmp/x").exists()
+    assert not (tmp_path / ESCAPED).exists() and not (tmp_path / "layers" / ESCAPED).exists()
+    assert not Path("/tmp", ESCAPED).exists()
 
 
 def test_a_blob_that_is_not_a_tar_is_a_clear_error(tmp_path):
