@@ -71,3 +71,18 @@ class FlakyModelAgent(ShellAgent):
             marker.write_text("crashed once")
             raise RuntimeError("simulated harness crash after a model call")
         return await super().run(ctx)
+
+
+class CrashOnFailureAgent(ShellAgent):
+    """Runs the script and, like many real agents, reports only that it failed (exit code
+    and no more) when the script does: it never asks the sandbox why."""
+
+    name = "crash-on-failure"
+
+    async def run(self, ctx: AgentContext) -> AgentOutcome:
+        result = await ctx.sandbox.exec(["bash", "-c", ctx.task.instruction],
+                                        timeout_sec=ctx.timeout_sec, network=ctx.network)
+        if result.exit_code != 0:
+            raise TrialError(ErrorKind.AGENT_ERROR,
+                             f"the agent gave up (exit {result.exit_code})", "agent")
+        return AgentOutcome(exit_code=result.exit_code, script_time_sec=result.duration_sec)

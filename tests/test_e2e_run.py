@@ -180,16 +180,60 @@ def test_verifier_failures_are_typed_errors(run_cli, make_task, tmp_path, test_s
     assert kind in proc.stdout
 
 
-def test_memory_limit_is_named(run_cli, make_task, tmp_path):
-    make_task("hog", task_toml='[agent]\ntimeout_sec = 60\n[environment]\nmemory_mb = 64\n',
-              solve_sh="python3 -c 'x = bytearray(400 * 1024 * 1024)'\n",
+HOG = "python3 -c 'x = bytearray(400 * 1024 * 1024)'\n"
+SMALL = '[agent]\ntimeout_sec = 60\n[environment]\nmemory_mb = 64\n'
+
+
+def test_an_oom_kill_is_named_by_phase_with_the_process_and_the_limit(run_cli, make_task,
+                                                                       tmp_path):
+    make_task("agent-hog", task_toml=SMALL, solve_sh=HOG,
               test_sh="echo 0 > /logs/verifier/reward.txt")
+    make_task("verifier-hog", task_toml=SMALL, test_sh=HOG)
     proc = run_cli("run", str(tmp_path / "tasks"), "--agent", "oracle",
                    "--jobs-dir", str(tmp_path / "jobs"), "--job-name", "m")
+    assert proc.returncode in (0, 4), proc.stdout + proc.stderr
+    agent = load(tmp_path / "jobs" / "m" / "agent-hog__1" / "result.json")
+    assert agent["error"]["kind"] == "agent_oom" and agent["error"]["phase"] == "agent"
+    assert "solve.sh was killed by the kernel's OOM killer" in agent["error"]["message"]
+    assert "(64 MB)" in agent["error"]["message"]
+    assert agent["reward"] == 0  # the agent's own result: still scored
+    verifier = load(tmp_path / "jobs" / "m" / "verifier-hog__1" / "result.json")
+    assert verifier["error"]["kind"] == "verifier_oom", verifier["error"]
+    assert "tests/test.sh was killed" in verifier["error"]["message"]
+    assert "(64 MB)" in verifier["error"]["message"]
+    assert verifier["error"]["caused_by"] == "task"  # a pristine sandbox hits it too
+
+
+def test_an_agent_that_fails_after_an_oom_kill_of_its_worker_is_agent_oom(run_cli, make_task,
+                                                                          tmp_path):
+    # The agent survives the kill of a process it started, then fails with no word of why.
+    make_task("worker-hog", task_toml=SMALL, instruction=HOG + "exit 1\n",
+              test_sh="echo 0 > /logs/verifier/reward.txt")
+    proc = run_cli("run", str(tmp_path / "tasks"), "--agent",
+                   "sandlot_test_agents:CrashOnFailureAgent",
+                   "--jobs-dir", str(tmp_path / "jobs"), "--job-name", "w")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    result = load(tmp_path / "jobs" / "m" / "hog__1" / "result.json")
-    assert result["error"]["kind"] == "memory_limit"
-    assert "memory_mb" in result["error"]["message"]
+    error = load(tmp_path / "jobs" / "w" / "worker-hog__1" / "result.json")["error"]
+    assert error["kind"] == "agent_oom", error
+    assert "OOM killer ended 1 process(es)" in error["message"] and "(64 MB)" in error["message"]
+    assert "the agent gave up (exit 1)" in error["message"]
+
+
+def test_override_memory_mb_lifts_the_limit_is_recorded_and_pinned_on_resume(
+        run_cli, make_task, tmp_path):
+    make_task("agent-hog", task_toml=SMALL, solve_sh=HOG,
+              test_sh="echo 1 > /logs/verifier/reward.txt")
+    base = ("run", str(tmp_path / "tasks"), "--agent", "oracle", "--jobs-dir",
+            str(tmp_path / "jobs"), "--job-name", "o")
+    proc = run_cli(*base, "--override-memory-mb", "1024", "--override-cpus", "1")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    result = load(tmp_path / "jobs" / "o" / "agent-hog__1" / "result.json")
+    assert result["error"] is None and result["passed"], result
+    config = load(tmp_path / "jobs" / "o" / "config.json")
+    assert config["override_memory_mb"] == 1024 and config["override_cpus"] == 1.0
+    changed = run_cli(*base, "--override-memory-mb", "2048", "--override-cpus", "1")
+    assert changed.returncode == 2, changed.stdout + changed.stderr
+    assert "override_memory_mb" in changed.stdout
 
 
 def test_dockerfile_layer_is_built_once_and_reused(run_cli, tmp_path):

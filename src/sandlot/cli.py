@@ -253,6 +253,14 @@ def run(
     n_tasks: Annotated[int | None, typer.Option(min=1, help="Run only the first N tasks.")] = None,
     timeout_multiplier: Annotated[float, typer.Option(
         min=0.001, help="Scales every timeout of every task.")] = 1.0,
+    override_cpus: Annotated[float | None, typer.Option(
+        min=0.01, help="CPUs for every task's sandbox, instead of [environment] cpus.")] = None,
+    override_memory_mb: Annotated[int | None, typer.Option(
+        min=16, help="Memory limit in MB for every task, instead of [environment] "
+        "memory_mb.")] = None,
+    override_storage_mb: Annotated[int | None, typer.Option(
+        min=16, help="Disk quota in MB for every task, instead of [environment] "
+        "storage_mb.")] = None,
     agent_network: Annotated[str | None, typer.Option(
         help="Override the agent phase network: none or public.")] = None,
     allow_private_network: Annotated[bool, typer.Option(
@@ -316,6 +324,7 @@ def run(
     from sandlot.sandbox import create_backend, parse_build_args, parse_image_overrides
     from sandlot.tasks import check_tasks, discover_tasks, load_task_or_invalid
     from sandlot.tasks.loader import hash_tree
+    from sandlot.tasks.overrides import ResourceOverrides
 
     console = Console(highlight=False, stderr=json_events)  # stdout is for the JSON lines
     if not _is_dir(tasks_dir):
@@ -358,8 +367,10 @@ def run(
                         "task.toml (check --include/--exclude)")
     problems_in_tasks = check_tasks(paths, need_solution=agent == "oracle", sandbox=sandbox)
     _print_warning_groups(console, [p for p in problems_in_tasks if p.severity == "warning"])
-    tasks = [load_task_or_invalid(p, need_solution=agent == "oracle", sandbox=sandbox,
-                                  build_args=build_args) for p in paths]
+    overrides = ResourceOverrides(override_cpus, override_memory_mb, override_storage_mb)
+    tasks = [overrides.apply(load_task_or_invalid(p, need_solution=agent == "oracle",
+                                                  sandbox=sandbox, build_args=build_args))
+             for p in paths]
     invalid = [t for t in tasks if not t.is_valid]
     if invalid:
         _print_problems(console, [p for p in problems_in_tasks if p.severity == "error"])
@@ -396,6 +407,8 @@ def run(
         tasks_dir=str(tasks_dir.resolve()), task_names=[t.name for t in tasks], agent=agent,
         model=model, n_attempts=n_attempts, n_concurrent=n_concurrent, max_retries=max_retries,
         timeout_multiplier=timeout_multiplier, agent_network=agent_network,  # type: ignore[arg-type]
+        override_cpus=override_cpus, override_memory_mb=override_memory_mb,
+        override_storage_mb=override_storage_mb,
         allow_private_network=allow_private_network,
         api_base=api_base, max_turns=max_turns, repair_attempts=repair_attempts,
         repair_template=template_text, redact_env=_redact_names(redact_env),

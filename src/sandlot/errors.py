@@ -31,6 +31,13 @@ class ErrorKind(StrEnum):
     VERIFIER_ERROR = "verifier_error"
     REWARD_MISSING = "reward_missing"
     REWARD_PARSE_ERROR = "reward_parse_error"
+    #: The kernel's OOM killer ended a process of the agent (its command, its tools) at
+    #: the task's memory limit: the agent's own result, still verified.
+    AGENT_OOM = "agent_oom"
+    #: ... of tests/test.sh at the task's memory limit: whose fault is decided on a
+    #: pristine sandbox, as for any verifier error.
+    VERIFIER_OOM = "verifier_oom"
+    #: The name both of the above had in results written before them; still read.
     MEMORY_LIMIT = "memory_limit"
     PIDS_LIMIT = "pids_limit"
     #: The sandbox's disk quota (task.toml storage_mb) was used up by the command.
@@ -52,8 +59,8 @@ RETRYABLE_KINDS: frozenset[ErrorKind] = frozenset(
 #: Agent-phase failures that are the agent's own result: the verifier still scores what the
 #: agent left, and the trial counts as passed or failed by that reward (not as errored).
 AGENT_FAULT_KINDS: frozenset[ErrorKind] = frozenset(
-    {ErrorKind.AGENT_TIMEOUT, ErrorKind.AGENT_ERROR, ErrorKind.MEMORY_LIMIT, ErrorKind.PIDS_LIMIT,
-     ErrorKind.DISK_LIMIT}
+    {ErrorKind.AGENT_TIMEOUT, ErrorKind.AGENT_ERROR, ErrorKind.AGENT_OOM, ErrorKind.MEMORY_LIMIT,
+     ErrorKind.PIDS_LIMIT, ErrorKind.DISK_LIMIT}
 )
 
 
@@ -137,11 +144,16 @@ class TaskLoadError(Exception):
 
 
 def limit_error(limit: str | None, what: str, phase: str,
-                details: dict[str, object] | None = None) -> TrialError | None:
-    """The typed error for a sandbox limit (`ExecResult.limit_hit`) that `what` ran into."""
+                details: dict[str, object] | None = None,
+                memory_mb: int | None = None) -> TrialError | None:
+    """The typed error for a sandbox limit (`ExecResult.limit_hit`) that `what` ran into;
+    an OOM kill names the phase's kind, the process and the limit it hit."""
     if limit == "memory":
-        return TrialError(ErrorKind.MEMORY_LIMIT, f"{what} was killed: the task's memory "
-                          "limit (memory_mb) was hit", phase, details)
+        kind = ErrorKind.VERIFIER_OOM if phase == "verify" else ErrorKind.AGENT_OOM
+        at = f"{memory_mb} MB" if memory_mb else "its limit"
+        return TrialError(kind, f"{what} was killed by the kernel's OOM killer: the sandbox's "
+                          f"memory reached the task's memory_mb ({at}); raise [environment] "
+                          "memory_mb or --override-memory-mb", phase, details)
     if limit == "pids":
         return TrialError(ErrorKind.PIDS_LIMIT, f"{what} hit the sandbox's process-count "
                           "limit (pids)", phase, details)

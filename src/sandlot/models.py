@@ -49,6 +49,12 @@ class JobConfig(BaseModel):
     n_concurrent: int = Field(default=1, ge=1, description="Trials running at once.")
     max_retries: int = Field(default=0, ge=0, description="Extra tries for infra errors.")
     timeout_multiplier: float = Field(default=1.0, gt=0, description="Scales every timeout.")
+    override_cpus: float | None = Field(
+        default=None, gt=0, description="CPUs for every task's sandbox, instead of its own.")
+    override_memory_mb: int | None = Field(
+        default=None, ge=16, description="Memory limit (MB) for every task, instead of its own.")
+    override_storage_mb: int | None = Field(
+        default=None, ge=16, description="Disk quota (MB) for every task, instead of its own.")
     agent_network: AgentNetwork | None = Field(
         default=None, description="Override the agent phase network; None = task's choice."
     )

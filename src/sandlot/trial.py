@@ -37,6 +37,7 @@ from sandlot.models import ErrorInfo, Integrity, TrialResult, utc_now
 from sandlot.redact import redact_text, redact_tree
 from sandlot.repair import RepairFailed, RepairSettings, feedback_template, run_with_repairs
 from sandlot.sandbox.base import (
+    CountsLimitEvents,
     DescribesEnvironment,
     DiffsWorkspace,
     EnvironmentRequest,
@@ -140,6 +141,10 @@ async def _open_gateway(settings: TrialSettings, plan: TrialPlan, sandbox: Sandb
                                              sandbox.network_namespace())
 
 
+def _oom_kills(sandbox: Sandbox | None) -> int | None:
+    return sandbox.oom_kills() if isinstance(sandbox, CountsLimitEvents) else None
+
+
 async def run_trial(plan: TrialPlan, settings: TrialSettings, backend: SandboxBackend,
                     agent: Agent, verifier: Verifier,
                     live: TrialLive | None = None) -> TrialResult:
@@ -168,7 +173,7 @@ def _sandbox_failures(phase: str, other: ErrorKind = ErrorKind.INTERNAL_ERROR) -
 #: sandbox fault (a mount or a working directory the agent broke; PID 1 it killed).
 _MACHINERY_KINDS = frozenset({ErrorKind.INTERNAL_ERROR, ErrorKind.ENVIRONMENT_ERROR})
 _ATTRIBUTED_KINDS = (VERIFIER_FAULT_KINDS | _MACHINERY_KINDS
-                     | {ErrorKind.MEMORY_LIMIT, ErrorKind.PIDS_LIMIT})
+                     | {ErrorKind.VERIFIER_OOM, ErrorKind.MEMORY_LIMIT, ErrorKind.PIDS_LIMIT})
 
 
 class _Trial:
@@ -253,6 +258,21 @@ class _Trial:
         raise TrialError(ErrorKind.PROVIDER_ERROR, failure.message, "agent",
                          caused_by="provider")
 
+    def _named_oom(self, exc: TrialError, sandbox: Sandbox | None,
+                   before: int | None) -> TrialError:
+        """An agent that failed after the OOM killer ended one of the sandbox's processes
+        (a worker, a tool it ran) failed of that: `agent_oom`, not a bare `agent_error`."""
+        if exc.kind is not ErrorKind.AGENT_ERROR or before is None:
+            return exc
+        now = _oom_kills(sandbox)
+        if now is None or now <= before:
+            return exc
+        memory_mb = self.task.config.environment.memory_mb
+        at = f" ({memory_mb} MB)" if memory_mb else ""
+        return TrialError(ErrorKind.AGENT_OOM, f"the kernel's OOM killer ended {now - before} "
+                          f"process(es) in the sandbox at the task's memory_mb{at}, then the "
+                          f"agent failed: {exc.message}", exc.phase or "agent", exc.details)
+
     def _record(self, exc: TrialError) -> None:
         if self.result.error is None:
             self.result.error = ErrorInfo(kind=exc.kind, message=exc.message, phase=exc.phase,
@@ -331,10 +351,12 @@ class _Trial:
         """The agent works (with repair rounds if asked); its own faults are recorded and
         what it left is still verified. Its processes and its key end here."""
         self.live.set_phase("agent")
+        oom_before = _oom_kills(self.sandbox)  # the sandbox itself, not the agent's user view
         try:
             with _sandbox_failures("agent"):
                 await self._agent_turns(ctx)
-        except TrialError as exc:
+        except TrialError as caught:
+            exc = self._named_oom(caught, self.sandbox, oom_before)
             exc.phase = exc.phase or "agent"
             self.result.agent_info.update(exc.details)
             if exc.kind not in VERIFY_AFTER:

@@ -195,7 +195,8 @@ class ScriptVerifier:
         if result.timed_out:
             raise TrialError(ErrorKind.VERIFIER_TIMEOUT,
                              f"tests/test.sh did not finish within {timeout_sec:g}s", "verify")
-        error = limit_error(result.limit_hit, "tests/test.sh", "verify")
+        error = limit_error(result.limit_hit, "tests/test.sh", "verify",
+                            memory_mb=task.config.environment.memory_mb)
         if error is not None:
             raise error
         try:

@@ -62,7 +62,7 @@ AGENT_FAULTS: dict[str, tuple[str, str, str | None, str | None, float | None]] =
     "fork-bomb": ("echo ok > /app/done\n" + FORK_PY, SCORE_DONE, None, "pids_limit", 1.0),
     "memory-hog": ("echo ok > /app/done; python3 -c 'x = bytearray(400 * 1024 * 1024)'",
                    SCORE_DONE, "[agent]\ntimeout_sec = 60\n[environment]\nmemory_mb = 64\n",
-                   "memory_limit", 1.0),
+                   "agent_oom", 1.0),
     "disk-write": (f"dd if=/dev/zero of=/app/big bs=1M count={DISK_MB} status=none "
                    "&& echo ok > /app/done",
                    f"[ $(stat -c %s /app/big) = {DISK_MB * 1024 * 1024} ] && echo 1 "
@@ -98,7 +98,7 @@ AGENT_FAULTS: dict[str, tuple[str, str, str | None, str | None, float | None]] =
     "v-exit-no-reward": ("echo ok > /app/done", "echo checking; exit 3", None,
                          "reward_missing", None),
 }
-PHASE = {"agent_timeout": "agent", "pids_limit": None, "memory_limit": "agent",
+PHASE = {"agent_timeout": "agent", "pids_limit": None, "agent_oom": "agent",
          "disk_limit": "agent",
          "verifier_timeout": "verify", "reward_parse_error": "verify",
          "reward_missing": "verify"}

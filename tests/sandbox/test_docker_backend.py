@@ -424,7 +424,7 @@ def test_sweep_keeps_what_a_running_sandlot_owns(run, tmp_path, engine, cache_di
         run(sandbox.stop())
 
 
-def test_memory_limit_hit_by_the_oracle_is_recorded_as_memory_limit(tmp_path, cache_dir, tiny):
+def test_memory_limit_hit_by_the_oracle_is_recorded_as_agent_oom(tmp_path, cache_dir, tiny):
     write_task(tmp_path / "tasks", "hog", tiny, "head -c 300M /dev/zero | tail > /dev/null",
                memory_mb=64)
     proc = sandlot("run", str(tmp_path / "tasks"), "--agent", "oracle", "--sandbox", "docker",
@@ -433,7 +433,8 @@ def test_memory_limit_hit_by_the_oracle_is_recorded_as_memory_limit(tmp_path, ca
     out, _ = proc.communicate(timeout=300)
     result = json.loads((tmp_path / "jobs" / "oom" / "hog__1" / "result.json").read_text())
     assert result["error"] is not None, out
-    assert result["error"]["kind"] == "memory_limit", result["error"]
+    assert result["error"]["kind"] == "agent_oom", result["error"]
+    assert "64 MB" in result["error"]["message"]
     assert result["sandbox"] == "docker"
 
 

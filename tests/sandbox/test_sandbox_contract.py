@@ -32,7 +32,13 @@ from typing import Any, TypeVar
 import pytest
 
 from sandlot.errors import ContainerExited, ErrorKind, SandboxDiskFull, SandboxError, TrialError
-from sandlot.sandbox.base import EnvironmentRequest, Sandbox, SandboxBackend, SandboxSpec
+from sandlot.sandbox.base import (
+    CountsLimitEvents,
+    EnvironmentRequest,
+    Sandbox,
+    SandboxBackend,
+    SandboxSpec,
+)
 from sandlot.sandbox.files import make_dirs, remove_path, share_folder
 from sandlot.sandbox.local import LocalSandbox
 from sandlot.sandbox.local_backend import LocalBackend, check_local_backend
@@ -745,9 +751,14 @@ def test_memory_limit_is_hit_and_named(make_sandbox, run):
     sandbox = make_sandbox(memory_mb=64)
     ok = run(sandbox.exec("head -c 8M /dev/zero | tail > /dev/null", timeout_sec=30))
     assert ok.limit_hit is None and ok.exit_code == 0
+    assert isinstance(sandbox, CountsLimitEvents)
+    before = sandbox.oom_kills()
     r = run(sandbox.exec("head -c 300M /dev/zero | tail > /dev/null", timeout_sec=30))
     assert r.limit_hit == "memory"
     assert not r.timed_out
+    # The whole sandbox's count grows too: a kill the command's own result misses (a
+    # worker of a long-lived agent) is still seen by the trial.
+    assert before is not None and sandbox.oom_kills() > before
 
 
 def test_pids_limit_is_hit_and_named(make_sandbox, run):

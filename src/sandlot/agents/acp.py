@@ -381,7 +381,8 @@ class AcpAgent:
         await self._stop(cancel=False)
         tail = self._stderr_tail()
         details = self._metadata(stats)
-        limited = limit_error(limit, f"the {self.name} agent", "agent", details)
+        limited = limit_error(limit, f"the {self.name} agent", "agent", details,
+                              ctx.task.config.environment.memory_mb)
         if limited is not None:
             return limited
         what = (f"the {self.name} agent exited (code {code}) {when}" if code is not None

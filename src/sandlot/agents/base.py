@@ -79,7 +79,7 @@ class Agent(Protocol):
     Contract: `setup` installs what the agent needs inside the sandbox (setup phase,
     not timed against the agent); `run` works on the task until done or until
     `ctx.timeout_sec`, leaving no process behind.
-    Raises: TrialError with kind AGENT_TIMEOUT, AGENT_ERROR, MEMORY_LIMIT or PIDS_LIMIT.
+    Raises: TrialError with kind AGENT_TIMEOUT, AGENT_ERROR, AGENT_OOM or PIDS_LIMIT.
     """
 
     name: str

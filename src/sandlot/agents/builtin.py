@@ -167,9 +167,11 @@ class BuiltinAgent:
                         args: dict[str, Any]) -> tuple[str, bool]:
         sandbox = ctx.sandbox
         if name == "bash":
-            result = await sandbox.exec(["bash", "-lc", str(args.get("command", ""))],
+            command = str(args.get("command", ""))
+            result = await sandbox.exec(["bash", "-lc", command],
                                         timeout_sec=COMMAND_TIMEOUT_SEC, network=ctx.network)
-            raise_for_limits(result, "agent", "a bash command")
+            raise_for_limits(result, "agent", f"the bash command {command[:80]!r}",
+                             ctx.task.config.environment.memory_mb)
             if result.timed_out:
                 return f"error: the command timed out after {COMMAND_TIMEOUT_SEC:g}s", True
             text = result.stdout + (f"\n[stderr]\n{result.stderr}" if result.stderr else "")

@@ -13,9 +13,10 @@ from sandlot.sandbox.files import remove_path
 SOLUTION_MOUNT = "/solution"
 
 
-def raise_for_limits(result: ExecResult, phase: str, what: str) -> None:
+def raise_for_limits(result: ExecResult, phase: str, what: str,
+                     memory_mb: int | None = None) -> None:
     """Turn a kernel limit hit during `what` into the right typed error."""
-    error = limit_error(result.limit_hit, what, phase)
+    error = limit_error(result.limit_hit, what, phase, memory_mb=memory_mb)
     if error is not None:
         raise error
 
@@ -51,6 +52,6 @@ class OracleAgent:
         if result.timed_out:
             raise TrialError(ErrorKind.AGENT_TIMEOUT,
                              f"solve.sh did not finish within {ctx.timeout_sec:g}s", "agent")
-        raise_for_limits(result, "agent", "solve.sh")
+        raise_for_limits(result, "agent", "solve.sh", ctx.task.config.environment.memory_mb)
         return AgentOutcome(exit_code=result.exit_code, duration_sec=result.duration_sec,
                             script_time_sec=result.duration_sec)

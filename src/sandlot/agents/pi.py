@@ -258,7 +258,7 @@ class PiAgent:
             await rpc.stop(STOP_STEP_SEC)
         self._write_trace(ctx, force=True)
         limited = limit_error(process.limit_hit() if process is not None else None, "Pi",
-                              "agent")
+                              "agent", memory_mb=ctx.task.config.environment.memory_mb)
         if limited is not None:
             return limited
         code = process.returncode if process is not None else None

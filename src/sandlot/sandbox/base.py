@@ -288,6 +288,16 @@ class DiffsWorkspace(Protocol):
                    max_bytes: int = 1_000_000) -> WorkspaceDiff: ...
 
 
+@runtime_checkable
+class CountsLimitEvents(Protocol):
+    """A sandbox whose kernel limits count their events for the whole sandbox: an OOM kill
+    of any process in it (the agent's own, a tool it ran, a worker it forked)."""
+
+    def oom_kills(self) -> int | None:
+        """OOM kills in the sandbox so far; None when it cannot tell."""
+        ...
+
+
 @dataclass(frozen=True)
 class EnvironmentRequest:
     """What a trial asks a backend for: the task's environment/ folder and how to shape it."""

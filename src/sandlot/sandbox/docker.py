@@ -175,6 +175,10 @@ class DockerProcess:
 class DockerSandbox:
     """A container per trial through a Docker Engine API (Docker, or Podman's service)."""
 
+    def oom_kills(self) -> int | None:
+        """OOM kills in the container's memory cgroup so far (CountsLimitEvents)."""
+        return self._counters.read()[0] if self._counters is not None else None
+
     def __init__(self, spec: SandboxSpec, engine: Engine, setup: ContainerSetup) -> None:
         self.spec = spec
         self.engine = engine

@@ -384,6 +384,10 @@ class LocalProcess:
 class LocalSandbox:
     """Linux namespaces + overlayfs; needs root, bubblewrap and (for network) slirp4netns."""
 
+    def oom_kills(self) -> int | None:
+        """OOM kills in the sandbox's memory cgroup so far (CountsLimitEvents)."""
+        return self._cgroups.counters()[0] if self._cgroups is not None else None
+
     def __init__(self, spec: SandboxSpec, scratch_dir: Path, upper_dir: Path | None = None):
         self.spec = spec
         self.scratch = scratch_dir
