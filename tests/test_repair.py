@@ -56,6 +56,12 @@ def test_failed_first_attempt_is_repaired_through_feedback(run_cli, make_task, t
     usage = result["usage"]
     assert usage["n_requests"] == len(exchanges) == 4
     assert usage["input_tokens"] == sum(e["usage"]["input_tokens"] for e in exchanges)
+    # Turns and tool calls cover every generation, as the gateway's usage does.
+    per_attempt = [a["generation"]["turns"] for a in result["attempts"]]
+    assert len(per_attempt) == 2 and all(n >= 1 for n in per_attempt)
+    assert result["agent_info"]["turns"] == sum(per_attempt)
+    assert result["agent_info"]["tool_calls"] == sum(
+        a["generation"]["tool_calls"] for a in result["attempts"])
     assert not (trial / "verifier" / "logs" / "reward.json").exists()
 
 

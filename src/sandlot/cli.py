@@ -17,6 +17,7 @@ from rich.markup import escape
 from sandlot import cli_report
 from sandlot.exit_codes import ExitCode, run_epilog
 from sandlot.paths import default_cache_dir
+from sandlot.terminal import make_console
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Benchmark AI coding agents on Harbor-layout tasks in isolated sandboxes.")
@@ -96,7 +97,7 @@ def tasks_check(
     """Validate every task and list each problem with its file, field and fix."""
     from sandlot.tasks import check_tasks, discover_tasks
 
-    console = Console(stderr=False, highlight=False)
+    console = make_console()
     if not _is_dir(tasks_dir):
         raise _fail(console, f"{str(tasks_dir)[:300]} is not a folder")
     paths = discover_tasks(tasks_dir)
@@ -126,7 +127,7 @@ def agents_list(
     try:
         catalog = AgentCatalog.load(agents_file)
     except AgentSpecError as exc:
-        raise _fail(Console(highlight=False), str(exc)) from exc
+        raise _fail(make_console(), str(exc)) from exc
 
     table = Table(title="Agents", title_justify="left")
     for col in ("name", "kind", "version", "installed", "needs", "note"):
@@ -142,7 +143,7 @@ def agents_list(
         table.add_row(str(row["name"]), "acp", str(row["version"] or ""), installed,
                       ", ".join(needs) if isinstance(needs, list | tuple) else str(needs or ""),
                       str(row["note"] or ""))
-    Console().print(table)
+    make_console().print(table)
 
 
 @sandbox_app.command("cleanup")
@@ -156,7 +157,7 @@ def sandbox_cleanup(
     from sandlot.sandbox.docker_backend import sweep_docker_leftovers
 
     removed += asyncio.run(sweep_docker_leftovers())
-    Console().print(f"removed {removed} leftovers")
+    make_console().print(f"removed {removed} leftovers")
 
 
 @app.command()
@@ -176,7 +177,7 @@ def clean(
     a run uses it."""
     from sandlot.cache_clean import CacheInUseError, clean_cache
 
-    console = Console(highlight=False)
+    console = make_console()
     if images and keep_images:
         raise _fail(console, "--images and --keep-images contradict each other: choose one")
     folder = cache_dir or default_cache_dir()
@@ -252,7 +253,9 @@ def run(
         "--exclude", "-x", help="Glob on task names to skip (repeatable).")] = None,
     n_tasks: Annotated[int | None, typer.Option(min=1, help="Run only the first N tasks.")] = None,
     timeout_multiplier: Annotated[float, typer.Option(
-        min=0.001, help="Scales every timeout of every task.")] = 1.0,
+        "--timeout-multiplier", "--override-timeout-multiplier",
+        min=0.001, help="Scales every timeout of every task (recorded; a resume with "
+        "another value is refused).")] = 1.0,
     override_cpus: Annotated[float | None, typer.Option(
         min=0.01, help="CPUs for every task's sandbox, instead of [environment] cpus.")] = None,
     override_memory_mb: Annotated[int | None, typer.Option(
@@ -301,6 +304,10 @@ def run(
     json_events: Annotated[bool, typer.Option(
         "--json-events", help="One JSON object per event on stdout, for other tools; the "
         "human output goes to stderr.")] = False,
+    json_summary: Annotated[bool, typer.Option(
+        "--json", help="At the end, one JSON object on stdout: the job's summary "
+        "(summary.json) with job_dir, exit_code and exit_reason; the human output goes to "
+        "stderr.")] = False,
     heartbeat_sec: Annotated[float, typer.Option(
         min=0, help="Without a terminal (and with --json-events): a heartbeat line with "
         "the running totals every N seconds; 0: none.")] = 30.0,
@@ -326,7 +333,7 @@ def run(
     from sandlot.tasks.loader import hash_tree
     from sandlot.tasks.overrides import ResourceOverrides
 
-    console = Console(highlight=False, stderr=json_events)  # stdout is for the JSON lines
+    console = make_console(stderr=json_events or json_summary)  # stdout is for the JSON
     if not _is_dir(tasks_dir):
         raise _fail(console, f"{str(tasks_dir)[:300]} is not a folder")
     if agent_network not in (None, "none", "public"):
@@ -452,6 +459,8 @@ def run(
         console.print("[yellow]interrupted[/]: running sandboxes were torn down; the partial "
                       f"summary is in {jobs_root / config.job_name / 'summary.json'}; run the "
                       "same command again to resume")
+        if json_summary:
+            _print_json_result(jobs_root / config.job_name, ExitCode.INTERRUPTED, None)
         raise typer.Exit(EXIT_INTERRUPTED) from None
     from sandlot.job import load_finished
 
@@ -459,26 +468,55 @@ def run(
                if (r := load_finished(jobs_root / config.job_name / f"{t.name}__{a}" /
                                       "result.json")) is not None]
     console.print(end_of_run(summary, results))
-    if summary.stopped:
-        not_started = summary.n_trials_planned - summary.n_trials
-        console.print(f"[red]stopped:[/] {escape(summary.stopped)}; "
-                      f"{summary.errors_by_kind.get('provider_error', 0)} trials ended as "
-                      f"provider_error and {not_started} were not started. Fix it, then run "
-                      "the same command to resume", soft_wrap=True)
-        raise typer.Exit(ExitCode.PROVIDER_FAILED)
-    _exit_on_error_rate(console, summary, max_error_rate)
+    code, verdict = _run_verdict(summary, max_error_rate)
+    if verdict:
+        console.print(verdict, soft_wrap=True)
+    if json_summary:
+        _print_json_result(jobs_root / config.job_name, code, summary)
+    if code != ExitCode.OK:
+        raise typer.Exit(code)
 
 
-def _exit_on_error_rate(console: Console, summary, limit: float) -> None:  # type: ignore[no-untyped-def]
-    """Exit 4 when errors, not the agent's failures, decided most of the job."""
+def _run_verdict(summary, limit: float) -> tuple[ExitCode, str | None]:  # type: ignore[no-untyped-def]
+    """The exit code of a job that ran, and the line that says why when it is not 0:
+    the provider stopped it (5), or errors, not the agent's failures, decided most of it (4)."""
     from sandlot.report.summary import error_rate
 
+    if summary.stopped:
+        not_started = summary.n_trials_planned - summary.n_trials
+        return ExitCode.PROVIDER_FAILED, (
+            f"[red]stopped:[/] {escape(summary.stopped)}; "
+            f"{summary.errors_by_kind.get('provider_error', 0)} trials ended as "
+            f"provider_error and {not_started} were not started. Fix it, then run "
+            "the same command to resume")
     rate = error_rate(summary)
     if rate is not None and rate > limit:
-        console.print(f"[red]too many errors:[/] {summary.n_errored} of {summary.n_trials} "
-                      f"trials errored ({rate:.0%} > --max-error-rate {limit:g}): these "
-                      "figures are not a benchmark result; see errors by kind above")
-        raise typer.Exit(ExitCode.TOO_MANY_ERRORS)
+        return ExitCode.TOO_MANY_ERRORS, (
+            f"[red]too many errors:[/] {summary.n_errored} of {summary.n_trials} "
+            f"trials errored ({rate:.0%} > --max-error-rate {limit:g}): these "
+            "figures are not a benchmark result; see errors by kind above")
+    return ExitCode.OK, None
+
+
+def _print_json_result(job_dir: Path, code: ExitCode, summary) -> None:  # type: ignore[no-untyped-def]
+    """`run --json`: the end of the run as one object, for scripts; an interrupted job's
+    summary is read back from its summary.json."""
+    import json
+
+    from sandlot.models import JobSummary
+
+    if summary is None:
+        try:
+            summary = JobSummary.model_validate_json((job_dir / "summary.json").read_text())
+        except (OSError, ValueError):
+            summary = None
+    from sandlot.report.summary import error_rate
+
+    typer.echo(json.dumps({
+        "job_dir": str(job_dir), "exit_code": int(code), "exit_reason": code.name.lower(),
+        "error_rate": None if summary is None else error_rate(summary),
+        "summary": None if summary is None else summary.model_dump(mode="json"),
+    }))
 
 
 def _redact_names(names: list[str] | None) -> list[str]:

@@ -14,6 +14,8 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from sandlot.terminal import make_console
+
 EXIT_BAD_INPUT = 2
 
 
@@ -34,7 +36,7 @@ def view(
     from sandlot.viewer.jobs import is_job_dir
     from sandlot.viewer.server import serve
 
-    console = Console(highlight=False)
+    console = make_console()
     if not jobs_dir.is_dir():
         raise _fail(console, f"{jobs_dir} is not a folder (run some jobs first, or pass the "
                     "folder given to `sandlot run --jobs-dir`)")
@@ -73,7 +75,7 @@ def compare(
     from sandlot.report.compare import compare_jobs, render_markdown, render_rich
     from sandlot.viewer.jobs import JobNotFound, resolve_job_arg
 
-    console = Console(highlight=False)
+    console = make_console()
     if len(jobs) < 2:
         raise _fail(console, "compare needs at least two jobs")
     if output_format not in ("table", "json", "markdown"):
@@ -109,7 +111,7 @@ def export(
     from sandlot.report.export import FORMATS, export_atif, export_text
     from sandlot.viewer.jobs import JobNotFound, resolve_job_arg
 
-    console = Console(highlight=False, stderr=True)
+    console = make_console(stderr=True)
     if output_format not in FORMATS:
         raise _fail(console, f"--format must be one of {', '.join(FORMATS)}, "
                     f"not {output_format!r}")

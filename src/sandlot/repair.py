@@ -99,6 +99,22 @@ async def run_with_repairs(agent: ConversationalAgent, ctx: AgentContext, first:
     return attempts
 
 
+COUNTED_OVER_ATTEMPTS = ("turns", "tool_calls")
+
+
+def whole_trial_counts(attempts: list[dict[str, object]]) -> dict[str, int]:
+    """The agent's turns and tool calls over every generation of a repaired trial, so the
+    trial's figures cover the session as its gateway usage does; each attempt's own stay
+    in `attempts`."""
+    gens = [a.get("generation") for a in attempts]
+    out: dict[str, int] = {}
+    for key in COUNTED_OVER_ATTEMPTS:
+        values = [g[key] for g in gens if isinstance(g, dict) and isinstance(g.get(key), int)]
+        if values:
+            out[key] = sum(values)  # type: ignore[arg-type]
+    return out
+
+
 class RepairFailed(TrialError):
     """A follow-up failed; carries the attempts so far so the trial can record them."""
 

@@ -35,7 +35,13 @@ from sandlot.integrity import neutralize_planted_hooks
 from sandlot.live import TrialLive
 from sandlot.models import ErrorInfo, Integrity, TrialResult, utc_now
 from sandlot.redact import redact_text, redact_tree
-from sandlot.repair import RepairFailed, RepairSettings, feedback_template, run_with_repairs
+from sandlot.repair import (
+    RepairFailed,
+    RepairSettings,
+    feedback_template,
+    run_with_repairs,
+    whole_trial_counts,
+)
 from sandlot.sandbox.base import (
     CountsLimitEvents,
     DescribesEnvironment,
@@ -396,6 +402,8 @@ class _Trial:
         except RepairFailed as exc:
             result.attempts = exc.attempts
             raise
+        finally:
+            result.agent_info.update(whole_trial_counts(result.attempts))
 
     async def _collect(self, sandbox: Sandbox) -> None:
         """What the agent changed and logged, kept in the trial folder before scoring,

@@ -201,3 +201,15 @@ def test_narrow_terminal_still_fits(clock):
         gateway=gateway_usage(12_345)))
     text = render(dash, width=60, height=12)
     assert "a-very-long" in text and "…" in text
+
+
+def test_a_footer_too_long_for_its_lines_leaves_parts_out_whole() -> None:
+    from sandlot.display.dashboard import _pack
+
+    parts = ["pass rate 55.6% (excl. errors)", "mean reward 0.556", "68.6k tokens",
+             "$12.2292 ($0.0597/pass)", "227 tok/s", "telemetry 5/5"]
+    lines = _pack(parts, 60, 2)
+    assert len(lines) == 2 and all(len(line) <= 60 for line in lines)
+    shown = " · ".join(lines).split(" · ")
+    assert all(part in parts for part in shown)  # each part whole, or not there
+    assert shown[:3] == parts[:3]

@@ -7,6 +7,7 @@ solves none; `first5` solves the first five tasks by name; `last5` the last five
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 
@@ -83,6 +84,25 @@ def test_compare_command_prints_the_table_flips_and_verdict(jobs: Path) -> None:
     assert "**solver is better than giveup" in md.stdout
     one = run_report("compare", str(jobs / "solver"))
     assert one.returncode == 2
+
+
+@pytest.mark.parametrize("width", [60, 80, 120])
+def test_the_compare_tables_fit_the_width_and_cut_no_figure(jobs: Path, width: int) -> None:
+    from rich.console import Console
+
+    from sandlot.report.compare import render_rich
+
+    data = compare_jobs([jobs / "first5", jobs / "last5", jobs / "solver"])
+    console = Console(width=width, record=True, file=io.StringIO())
+    console.print(render_rich(data))
+    text = console.export_text(styles=False)
+    tables = text.split("vs first5")[0]  # the comparison lines below wrap as prose
+    assert max(len(line.rstrip()) for line in tables.splitlines()) <= width, tables
+    # A pass rate with its interval is one figure: never wrapped, never cut.
+    assert "55.6% [26.7%, 81.1%]" in tables and "100.0% [70.1%, 100.0%]" in tables
+    for task in TASKS:
+        assert task in tables
+    assert ("not shown at" in tables) == (width < 120)
 
 
 def test_real_trials_export_as_valid_atif(jobs: Path, tmp_path: Path) -> None:

@@ -45,15 +45,14 @@ MAX_BAR = 40
 
 
 def _pack(parts: list[str], width: int, max_lines: int) -> list[str]:
-    """Join parts with " · " into at most `max_lines` lines of `width` columns."""
+    """Join parts with " · " into at most `max_lines` lines of `width` columns; a part that
+    no longer fits is left out whole (the summary has it), never cut mid-figure."""
     lines: list[str] = []
     for part in parts:
         if lines and len(lines[-1]) + 3 + len(part) <= width:
             lines[-1] += " · " + part
         elif len(lines) < max_lines:
             lines.append(part)
-        else:
-            lines[-1] += " · " + part
     return [_fit(line, width) for line in lines]
 
 

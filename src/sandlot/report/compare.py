@@ -340,25 +340,28 @@ def _ci(job: dict[str, Any]) -> str:
 def render_rich(data: dict[str, Any]) -> Any:
     """Rich renderables for the terminal: jobs, tasks, then one block per comparison."""
     from rich.console import Group
-    from rich.table import Table
     from rich.text import Text
 
-    jobs = Table(title="Jobs", title_justify="left")
-    for col in ("job", "agent · model", "tasks", "pass rate [95% CI]", "mean reward",
-                "errored", "tokens/trial", "cost/trial", "time/trial"):
-        jobs.add_column(col, justify="left" if col in ("job", "agent · model") else "right")
-    for j in data["jobs"]:
-        jobs.add_row(j["name"], f"{j['agent']}" + (f" · {j['model']}" if j["model"] else ""),
-                     str(j["n_tasks"]), _ci(j),
-                     "—" if j["mean_reward"] is None else f"{j['mean_reward']:.3f}",
-                     str(j["n_errored"]), _tokens(j["tokens_per_trial"]),
-                     _money(j["cost_per_trial"]), _secs(j["time_per_trial_sec"]))
-    tasks = Table(title="Tasks", title_justify="left")
-    tasks.add_column("task", no_wrap=True)
-    for j in data["jobs"]:
-        tasks.add_column(j["name"], justify="right")
+    from sandlot.report.fit import Column, FittedTable
+
+    # Narrow terminals drop the per-trial spend first, then the mean reward and the agent.
+    job_columns = [Column("job", "text"), Column("agent · model", "text", drop_rank=5),
+                   Column("tasks"), Column("pass rate [95% CI]"),
+                   Column("mean reward", drop_rank=4), Column("errored"),
+                   Column("tokens/trial", drop_rank=2), Column("cost/trial", drop_rank=3),
+                   Column("time/trial", drop_rank=1)]
+    job_rows = [[_escape(j["name"]),
+                 _escape(f"{j['agent']}" + (f" · {j['model']}" if j["model"] else "")),
+                 str(j["n_tasks"]), _ci(j),
+                 "—" if j["mean_reward"] is None else f"{j['mean_reward']:.3f}",
+                 str(j["n_errored"]), _tokens(j["tokens_per_trial"]),
+                 _money(j["cost_per_trial"]), _secs(j["time_per_trial_sec"])]
+                for j in data["jobs"]]
+    jobs = FittedTable(job_columns, job_rows, title="Jobs")
+    task_columns = [Column("task", "text")] + [Column(j["name"], "words") for j in data["jobs"]]
     if len(data["jobs"]) == 2:
-        tasks.add_column("flip")
+        task_columns.append(Column("flip", "words"))
+    task_rows = []
     for row in data["tasks"]:
         cells = [_cell_text(c) for c in row["cells"]]
         extra = []
@@ -370,7 +373,8 @@ def render_rich(data: dict[str, Any]) -> Any:
             cells = [cells[0]] + [
                 c + (" ↑" if f == "gained" else " ↓" if f == "lost" else "")
                 for c, f in zip(cells[1:], row["flips"], strict=True)]
-        tasks.add_row(row["task"], *cells, *extra)
+        task_rows.append([_escape(row["task"]), *cells, *extra])
+    tasks = FittedTable(task_columns, task_rows, title="Tasks")
     parts: list[Any] = [jobs, tasks]
     for c in data["comparisons"]:
         lines = [Text.from_markup(f"[bold]{c['b']}[/] vs [bold]{c['a']}[/] (baseline)")]

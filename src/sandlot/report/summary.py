@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from math import comb
 
-from sandlot.errors import ErrorKind
 from sandlot.models import JobSummary, PhaseTiming, TrialResult
+from sandlot.report.outcome import count_outcomes
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -73,19 +73,20 @@ def usage_rates(results: list[TrialResult], usage: dict[str, object] | None, n_p
 
 
 def integrity_counts(scored: list[TrialResult]) -> dict[str, int]:
-    """Failures the agent caused by cheating or breaking the verifier, apart from honest
-    ones, and trials scored after their planted hooks were undone."""
+    """Trials scored after their planted hooks were undone, and failures the agent caused
+    by breaking the verifier (tampering is counted with the outcomes)."""
     status = Counter(r.integrity.status for r in scored if r.integrity is not None)
-    return {"n_tampered": status["tampered"], "n_neutralized": status["neutralized"],
+    return {"n_neutralized": status["neutralized"],
             "n_verifier_broken": sum(r.verifier_failure is not None for r in scored)}
 
 
 def summarize(job_name: str, agent: str, model: str | None, n_planned: int, max_k: int,
               results: list[TrialResult], *, n_resumed: int = 0,
               complete: bool = False, stopped: str | None = None) -> JobSummary:
+    counts = count_outcomes(results)
     scored = [r for r in results if r.scored]
     errored = [r for r in results if not r.scored]
-    n_passed = sum(r.passed for r in scored)
+    n_passed = counts.passed
     rewards = [r.reward for r in scored if r.reward is not None]
     phases: dict[str, list[float]] = defaultdict(list)
     for r in results:
@@ -97,8 +98,8 @@ def summarize(job_name: str, agent: str, model: str | None, n_planned: int, max_
     costs = [u["cost_usd"] for u in (usage, retried) if u and u.get("cost_usd") is not None]
     return JobSummary(
         job_name=job_name, agent=agent, model=model, n_trials_planned=n_planned,
-        n_trials=len(results), n_passed=n_passed, n_failed=len(scored) - n_passed,
-        n_errored=len(errored),
+        n_trials=len(results), n_passed=n_passed, n_failed=counts.failed,
+        n_errored=counts.errored, n_tampered=counts.tampered,
         pass_rate=round(n_passed / len(scored), 6) if scored else None,
         pass_rate_all=round(n_passed / len(results), 6) if results else None,
         mean_reward=round(sum(rewards) / len(rewards), 6) if rewards else None,
@@ -114,7 +115,7 @@ def summarize(job_name: str, agent: str, model: str | None, n_planned: int, max_
         usage=usage, retried_usage=retried,
         spend_usd=round(sum(float(c) for c in costs), 8) if costs else None,  # type: ignore[arg-type]
         **usage_rates(results, usage, n_passed, model is not None),  # type: ignore[arg-type]
-        n_resumed=n_resumed, n_cancelled=kinds.get(str(ErrorKind.CANCELLED), 0),
+        n_resumed=n_resumed, n_cancelled=counts.cancelled,
         complete=complete, stopped=stopped,
     )
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 from collections import defaultdict
 
 from rich.console import Group
-from rich.table import Table
+from rich.markup import escape
 
 from sandlot.models import JobSummary, TrialResult
+from sandlot.report.fit import Column, FittedTable
+from sandlot.report.outcome import count_outcomes
 
 
 def _pct(value: float | None) -> str:
@@ -25,42 +27,39 @@ def cost_text(cost: object) -> str:
     return "—" if cost is None else f"${float(cost):.4f}"  # type: ignore[arg-type]
 
 
-def tasks_table(results: list[TrialResult]) -> Table:
-    table = Table(title="Tasks", title_justify="left")
+# Dropped first to last when the terminal is narrow: per-task tokens and cost (the job's
+# totals stay in the summary), then the mean reward (the pass counts stay).
+TASK_COLUMNS = [Column("task", "text"), Column("passed"), Column("failed"), Column("errored"),
+                Column("mean reward", drop_rank=3), Column("tokens", drop_rank=1),
+                Column("cost", drop_rank=2), Column("errors", "text")]
+
+
+def tasks_table(results: list[TrialResult]) -> FittedTable:
     with_usage = any(r.usage for r in results)
-    cols = ["task", "passed", "failed", "errored", "mean reward"]
-    cols += ["tokens", "cost"] if with_usage else []
-    for col in [*cols, "errors"]:
-        table.add_column(col, justify="left" if col in ("task", "errors") else "right",
-                         no_wrap=col == "task")
+    columns = [c for c in TASK_COLUMNS if with_usage or c.header not in ("tokens", "cost")]
     by_task: dict[str, list[TrialResult]] = defaultdict(list)
     for r in results:
         by_task[r.task].append(r)
+    rows: list[list[str]] = []
     for task in sorted(by_task):
         rs = by_task[task]
-        scored = [r for r in rs if r.scored]
-        rewards = [r.reward for r in scored if r.reward is not None]
+        counts = count_outcomes(rs)
+        rewards = [r.reward for r in rs if r.scored and r.reward is not None]
         kinds = sorted({str(r.error.kind) for r in rs if r.error is not None})
-        row = [task, str(sum(r.passed for r in scored)),
-               str(sum(not r.passed for r in scored)), str(len(rs) - len(scored)),
+        row = [escape(task), str(counts.passed), str(counts.failed), str(counts.errored),
                f"{sum(rewards) / len(rewards):.3f}" if rewards else "—"]
         if with_usage:
             usages = [r.usage for r in rs if r.usage]
             costs = [u.get("cost_usd") for u in usages if u.get("cost_usd") is not None]
             row += [tokens_text(sum(int(u.get("total_tokens") or 0) for u in usages)),  # type: ignore[call-overload]
                     cost_text(sum(costs) if costs else None)]  # type: ignore[arg-type]
-        tampered = sum(r.tampered for r in scored)
-        notes = kinds + ([f"[red]tampered ×{tampered}[/]"] if tampered else [])
-        table.add_row(*row, ", ".join(notes))
-    return table
+        notes = kinds + ([f"[red]tampered ×{counts.tampered}[/]"] if counts.tampered else [])
+        rows.append([*row, ", ".join(notes)])
+    return FittedTable(columns, rows, title="Tasks")
 
 
-def summary_table(summary: JobSummary) -> Table:
-    table = Table(title=f"Job {summary.job_name}", title_justify="left", show_header=False)
-    table.add_column("metric")
-    table.add_column("value", justify="right")
+def summary_table(summary: JobSummary) -> FittedTable:
     rows = [
-        ("agent", summary.agent + (f" · {summary.model}" if summary.model else "")),
         ("trials", f"{summary.n_trials}/{summary.n_trials_planned}"
          + (f" ({summary.n_resumed} resumed)" if summary.n_resumed else "")),
         ("passed", str(summary.n_passed)),
@@ -98,9 +97,12 @@ def summary_table(summary: JobSummary) -> Table:
                      f"[yellow]{summary.roots['host-fallback']}[/]"))
     rows += [(f"time {phase} (mean / total)", f"{t.mean_sec:.2f}s / {t.total_sec:.1f}s")
              for phase, t in summary.timing.items()]
-    for name, value in rows:
-        table.add_row(name, value)
-    return table
+    # Values wrap between words only, so a figure is never split. The agent and model
+    # go in the title, which wraps anywhere: a long model name squeezes no figure.
+    columns = [Column("metric", "text"), Column("value", "words")]
+    agent = summary.agent + (f" · {summary.model}" if summary.model else "")
+    return FittedTable(columns, [[name, value] for name, value in rows],
+                       title=escape(f"Job {summary.job_name}: {agent}"), show_header=False)
 
 
 def failed_text(summary: JobSummary) -> str:

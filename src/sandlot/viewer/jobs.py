@@ -19,8 +19,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from sandlot.errors import ErrorKind
 from sandlot.models import JobConfig, JobSummary, TrialResult
+from sandlot.report.outcome import is_tampered, trial_outcome
 from sandlot.viewer.lines import LRU
 
 #: A job is "running" when it is not complete and one of its files changed this recently.
@@ -122,14 +122,9 @@ class TrialSlot:
 
     @property
     def status(self) -> str:
-        r = self.result
-        if r is None:
+        if self.result is None:
             return "running" if self.started else "queued"
-        if r.error is not None and r.error.kind == ErrorKind.CANCELLED:
-            return "cancelled"
-        if not r.scored:
-            return "errored"
-        return "passed" if r.passed else "failed"
+        return trial_outcome(self.result)
 
 
 def split_trial_name(name: str) -> tuple[str, int]:
@@ -299,6 +294,7 @@ def trial_row(slot: TrialSlot) -> dict[str, Any]:
         "error_message": r.error.message[:300] if r.error else None,
         "error_cause": r.error.caused_by if r.error else None,
         "integrity": r.integrity.status if r.integrity else None,
+        "tampered": is_tampered(r),
         "verifier_broken": r.verifier_failure is not None,
         "timing": r.timing,
         "total_sec": r.timing.get("total"),

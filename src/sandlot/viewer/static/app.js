@@ -394,8 +394,9 @@ const FILTERS = {
   all: () => true,
   passed: (t) => t.status === "passed",
   failed: (t) => t.status === "failed",
-  tampered: (t) => t.integrity === "tampered",
-  errored: (t) => t.status === "errored" || t.status === "cancelled" || !!t.error_kind,
+  // The server's outcome (sandlot.report.outcome) decides, as it does for the summary.
+  tampered: (t) => !!t.tampered,
+  errored: (t) => t.status === "errored" || t.status === "cancelled",
   repaired: (t) => !!t.repaired,
   "with repairs": (t) => t.n_repairs > 0,
   running: (t) => t.status === "running" || t.status === "queued",
@@ -410,7 +411,7 @@ async function jobPage(name, params) {
     { label: "trial", key: "trial", cell: (t) => h("a", {
       href: `#/job/${enc(name)}/trial/${enc(t.trial)}`, text: t.trial }) },
     { label: "status", key: "status", cell: (t) => h("span", {}, badge(t.status),
-      t.integrity === "tampered" ? [" ", badge("tampered")] : null,
+      t.tampered ? [" ", badge("tampered")] : null,
       t.verifier_broken ? [" ", badge("broke verifier")] : null) },
     { label: "reward", key: "reward", num: true, cell: (t) => num(t.reward, 2) },
     { label: "error", key: "error_kind", cell: (t) => t.error_kind
