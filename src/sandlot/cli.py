@@ -350,6 +350,11 @@ def run(
     except ValueError as exc:
         raise _fail(console, str(exc)) from exc
     template_text = _read_template(console, repair_template) if repair_template else None
+    _check_flags(console, sandbox=sandbox, image_policy=image_policy, model=model,
+                 needs_model={"--api-base": api_base, "--api-key-env": api_key_env,
+                              "--scripts-dir": scripts_dir, "--max-turns": max_turns},
+                 scripts_dir=scripts_dir,
+                 repair_template=repair_template, repair_attempts=repair_attempts)
     cache = (cache_dir or default_cache_dir()).resolve()
     jobs_root = jobs_dir.resolve()
     for label, folder in (("--jobs-dir", jobs_root), ("--cache-dir", cache)):
@@ -519,6 +524,33 @@ def _print_json_result(job_dir: Path, code: ExitCode, summary) -> None:  # type:
     }))
 
 
+def _check_flags(console: Console, *, sandbox: str, image_policy: str, model: str | None,
+                 needs_model: dict[str, object], scripts_dir: list[Path] | None,
+                 repair_template: Path | None, repair_attempts: int) -> None:
+    """Flags that are wrong whatever the tasks: said before anything is loaded."""
+    from sandlot.sandbox import BACKENDS
+    from sandlot.sandbox.local_backend import IMAGE_POLICIES
+
+    if sandbox not in BACKENDS:
+        raise _fail(console, f"--sandbox {sandbox!r} is not a backend: use one of "
+                    f"{', '.join(BACKENDS)}")
+    if image_policy not in IMAGE_POLICIES:
+        raise _fail(console, f"--image-policy {image_policy!r}: use one of "
+                    f"{', '.join(IMAGE_POLICIES)}")
+    if model is None:
+        for flag, value in needs_model.items():
+            if value:
+                raise _fail(console, f"{flag} is for the model: add --model provider/model "
+                            f"or drop {flag}")
+    for folder in scripts_dir or []:
+        if not folder.is_dir():
+            raise _fail(console, f"--scripts-dir {folder}: no such folder (give the folder "
+                        "that holds the scripted models' .toml files)")
+    if repair_template is not None and repair_attempts < 1:
+        raise _fail(console, "--repair-template is used only with --repair-attempts N "
+                    "(N ≥ 1): add it or drop the template")
+
+
 def _redact_names(names: list[str] | None) -> list[str]:
     """The marked names; the usual provider key variables are always marked too."""
     from sandlot.redact import marked_names
@@ -584,7 +616,23 @@ def _run_cancellable(coro):  # type: ignore[no-untyped-def]
 
 
 def main() -> None:
-    app(prog_name="sandlot")
+    """The `sandlot` command. A bad command line is one `error:` line naming the flag and
+    exit code 2, never click's boxed panel: it must read well in a CI log too."""
+    try:
+        code = app(prog_name="sandlot", standalone_mode=False)
+    except typer.TyperException as exc:  # typer's own click: its UsageError and kin
+        if type(exc).__name__ == "NoArgsIsHelpError":  # bare `sandlot` or `sandlot tasks`
+            exc.show()  # type: ignore[attr-defined]
+            sys.exit(ExitCode.USAGE)
+        ctx = getattr(exc, "ctx", None)
+        where = ctx.command_path if ctx is not None else "sandlot"
+        message = " ".join(exc.format_message().split())
+        make_console(stderr=True).print(
+            f"[red]error:[/] {escape(message)} (see `{escape(where)} --help`)", soft_wrap=True)
+        sys.exit(ExitCode.USAGE)
+    except typer.Abort:
+        sys.exit(ExitCode.INTERRUPTED)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

@@ -178,7 +178,7 @@ def test_repair_templates_get_a_message_or_are_accepted(tasks, tmp_path_factory,
     path.write_text(template)
     # --sandbox nope stops a template that is fine right after it was read and tried.
     result = invoke("run", str(tasks), "--agent", "nop", "--repair-template", str(path),
-                    "--sandbox", "nope")
+                    "--repair-attempts", "1", "--sandbox", "nope")
     assert_a_message_not_a_traceback(result, record, f"repair template {template!r}")
 
 
@@ -187,7 +187,7 @@ def test_repair_template_attribute_access_gets_a_message(tasks, tmp_path, record
     path = tmp_path / "template.txt"
     path.write_text(template)
     result = invoke("run", str(tasks), "--agent", "nop", "--repair-template", str(path),
-                    "--sandbox", "nope")
+                    "--repair-attempts", "1", "--sandbox", "nope")
     assert_a_message_not_a_traceback(result, record, f"repair template {template!r}")
 
 
