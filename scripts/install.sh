@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-SYSTEM_PACKAGES=(bubblewrap slirp4netns util-linux iproute2 nftables e2fsprogs git sqlite3 python3-pytest python3-venv tmux chromium podman runc busybox-static debootstrap skopeo umoci docker-registry)
+SYSTEM_PACKAGES=(bubblewrap libseccomp2 slirp4netns util-linux iproute2 nftables e2fsprogs git sqlite3 python3-pytest python3-venv tmux chromium podman runc busybox-static debootstrap skopeo umoci docker-registry)
 
 missing=()
 for pkg in "${SYSTEM_PACKAGES[@]}"; do

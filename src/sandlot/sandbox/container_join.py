@@ -18,7 +18,11 @@ How the command is kept apart from what the agent left running in the container:
   mounted where it expects them.
 
 The container's seccomp and AppArmor profiles are not applied to the command (test.sh
-is the task author's); its capabilities are the container's, plus the one above.
+is the task author's); its capabilities are the container's, plus the one above. sandlot's
+own syscall filter (seccomp.py, compiled on the host by libseccomp and passed in as
+`seccomp`, hex) is: the verifier runs the agent's code, which must not make the calls the
+filter denies there either. It is loaded while this process still holds CAP_SYS_ADMIN, so
+no `no_new_privs` is needed and setuid programs (sudo) keep working in the command.
 """
 
 from __future__ import annotations
@@ -43,6 +47,8 @@ MOVE_MOUNT_T_EMPTY_PATH = 0x40
 SYS_OPEN_TREE = 428
 SYS_MOVE_MOUNT = 429
 PR_SET_PDEATHSIG = 1
+PR_SET_SECCOMP = 22
+SECCOMP_MODE_FILTER = 2
 PR_SET_KEEPCAPS = 8
 PR_CAPBSET_DROP = 24
 PR_CAP_AMBIENT = 47
@@ -195,6 +201,23 @@ def drop_to(user: str | None, keep: set[int]) -> str:
     return home
 
 
+class SockFprog(ctypes.Structure):
+    """<linux/filter.h> struct sock_fprog: a filter program the kernel loads."""
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+def load_filter(program_hex: str) -> None:
+    """Load a compiled filter (an array of 8-byte `struct sock_filter`) on this process;
+    everything it execs keeps it."""
+    program = bytes.fromhex(program_hex)
+    if not program or len(program) % 8:
+        raise SetupError("the syscall filter is not a filter program")
+    buffer = ctypes.create_string_buffer(program, len(program))
+    fprog = SockFprog(len(program) // 8, ctypes.addressof(buffer))
+    _check(libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0),
+           "load the syscall filter")
+
+
 def _read(path: str) -> str:
     try:
         with open(path) as handle:
@@ -229,6 +252,8 @@ def run(request: dict) -> int:
         try:
             _check(libc.setns(namespaces["mnt"], 0), "join the container's mount namespace")
             attach_trees(trees)
+            if request.get("seccomp"):
+                load_filter(request["seccomp"])
             home = drop_to(request.get("user"), keep)
             _check(libc.prctl(PR_SET_PDEATHSIG, 9, 0, 0, 0), "set the parent-death signal")
             env = dict(request["env"])

@@ -64,6 +64,7 @@ from sandlot.sandbox.docker_engine import (
 )
 from sandlot.sandbox.local import resolve_inside
 from sandlot.sandbox.procutil import CappedReader
+from sandlot.sandbox.seccomp import NoSyscallFilter, sandbox_filter_program
 
 #: The main container's command (the ENTRYPOINT's arguments, PID 1 without one): idles
 #: until commands are exec'd into it, as Harbor's `sleep infinity`, and reaps what is
@@ -203,6 +204,8 @@ class DockerSandbox:
         self._env: list[str] = []
         #: Commands run through container_join: their count names their marks.
         self._joined = 0
+        #: sandlot's syscall filter for commands run through container_join (hex).
+        self._join_filter: str | None = None
         #: What the container runs on, for result.json (the backend adds the digest).
         self.environment = EnvironmentInfo(base="image", image=setup.base_image)
 
@@ -678,8 +681,13 @@ class DockerSandbox:
         if user not in (None, "0", "root"):  # the user's own, from the container's passwd
             environment.pop("HOME", None)
         environment.update(self._marked(env, token))
+        if self._join_filter is None:
+            try:
+                self._join_filter = sandbox_filter_program().hex()
+            except NoSyscallFilter as exc:
+                raise SandboxError(str(exc)) from exc
         request = {"mode": "run", "pid": self._pid, "argv": argv, "env": environment,
-                   "cwd": cwd, "user": user,
+                   "cwd": cwd, "user": user, "seccomp": self._join_filter,
                    "mounts": {inside: str(host) for inside, host in mounts.items()}}
         before = self._counters.read() if self._counters else (0, 0)
         started = time.monotonic()

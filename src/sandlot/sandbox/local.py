@@ -56,7 +56,7 @@ from sandlot.sandbox.procutil import (
     die_with_sandlot,
     wait_exited,
 )
-from sandlot.sandbox.seccomp import NoFilterForMachine, key_management_filter
+from sandlot.sandbox.seccomp import NoSyscallFilter, write_sandbox_filter
 
 #: Host paths every sandbox sees as empty folders: no host secrets, no host HOME.
 DEFAULT_MASKS = ("/root", "/home", "/tmp", "/var/tmp", "/run", "/mnt", "/media", "/srv",
@@ -93,7 +93,7 @@ PROC_MASKS = ("/proc/keys", "/proc/key-users", "/proc/kcore", "/proc/timer_list"
               "/proc/sched_debug", "/proc/latency_stats")
 REQUIRED_TOOLS = ("bwrap", "unshare", "nsenter", "mount", "setpriv")
 INSTALL_HINT = ("install it with: apt-get install -y bubblewrap slirp4netns util-linux "
-                "nftables e2fsprogs")
+                "nftables e2fsprogs libseccomp2")
 
 
 #: Top-level folders of the host a sandbox keeps: the system an image would have. Every
@@ -1132,8 +1132,8 @@ class LocalSandbox:
         path = self.scratch / "seccomp.bpf"
         if not path.exists():
             try:
-                path.write_bytes(key_management_filter())
-            except NoFilterForMachine as exc:
+                write_sandbox_filter(path)
+            except NoSyscallFilter as exc:
                 raise SandboxError(str(exc)) from exc
         return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
 

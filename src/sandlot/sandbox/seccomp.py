@@ -1,98 +1,120 @@
-"""The local sandbox's syscall filter: a classic BPF program bwrap loads (`--seccomp FD`)
-before it runs any process of a sandbox.
+"""The local sandbox's syscall filter: compiled by libseccomp (through its Python
+bindings) and loaded by bwrap (`--seccomp FD`) before it runs any process of a sandbox.
 
-What it denies, and why: the kernel's key-management calls (`add_key`, `request_key`,
-`keyctl`). Keyrings are not namespaced by a mount, PID or IPC namespace: without a user
-namespace, root in every sandbox shares one user keyring with root on the host, so a key
-one trial stored is read by the next (and by the host). Docker's default profile denies
-the same calls. Each denied call fails with EPERM, as it does under Docker.
+Every process of a sandbox is real root without a user namespace (docs/security.md), with
+Docker's default capabilities. The capabilities already refuse most of what follows; the
+filter refuses it again, by the call, so that no capability granted later and no kernel
+quirk reopens it. Each denied call fails with EPERM, as under Docker:
 
-The program checks the calling convention first: on x86-64 a process may also call in
-as i386 (`int 0x80`) or x32 (numbers with bit 30 set), each with its own numbers; on
-arm64, as 32-bit arm. A convention the filter does not know is refused as a whole.
+- new namespaces of any kind (`unshare`, `clone` with a CLONE_NEW* flag, `setns`): in a
+  user namespace of its own a process holds every capability and can mount over what
+  the verifier reads in its view, which is how `unshare -Urm` escaped the rules before.
+  `clone3` passes its flags in memory a filter cannot read, so it fails with ENOSYS and
+  the C library falls back to `clone`, whose flags the filter reads (as Docker does);
+- mounting (`mount`, `umount2`, the new mount API, `pivot_root`);
+- the kernel's key-management calls (`add_key`, `request_key`, `keyctl`): keyrings are
+  not namespaced, so without a user namespace a key one trial stored is read by the next;
+- kernel modules, kexec, `bpf`, `perf_event_open`, `open_by_handle_at`, `userfaultfd`,
+  swap, reboot, the host's clock, accounting, quotas, `syslog`, port I/O.
+
+`ptrace` stays allowed: the PID namespace leaves a sandbox's processes only each other to
+trace, and debuggers and `strace` are tools tasks use.
+
+The filter covers every calling convention of the machine (x86-64 with i386 and x32;
+arm64 with 32-bit arm); a process calling in by any other is killed (libseccomp's
+default for an unknown architecture).
 """
 
 from __future__ import annotations
 
 import errno
+import os
 import platform
-import struct
+import tempfile
+from pathlib import Path
 
-# <linux/audit.h>
-_AUDIT_ARCH_X86_64 = 0xC000003E
-_AUDIT_ARCH_I386 = 0x40000003
-_AUDIT_ARCH_AARCH64 = 0xC00000B7
-_AUDIT_ARCH_ARM = 0x40000028
-_X32_SYSCALL_BIT = 0x40000000
+#: Denied outright, on every calling convention that has them.
+DENIED_CALLS = (
+    # namespaces (unshare and clone: only with a CLONE_NEW* flag, below)
+    "setns",
+    # mounts
+    "mount", "umount", "umount2", "pivot_root", "move_mount", "open_tree", "fsopen",
+    "fsconfig", "fsmount", "fspick", "mount_setattr",
+    # keyrings
+    "add_key", "request_key", "keyctl",
+    # the kernel itself
+    "init_module", "finit_module", "delete_module", "create_module", "kexec_load",
+    "kexec_file_load", "bpf", "perf_event_open", "lookup_dcookie", "userfaultfd",
+    "open_by_handle_at", "swapon", "swapoff", "reboot", "syslog", "acct", "quotactl",
+    "iopl", "ioperm", "settimeofday", "clock_settime", "stime", "vhangup", "nfsservctl",
+    "uselib", "_sysctl", "get_kernel_syms", "query_module",
+)
 
-# <linux/bpf_common.h>, <linux/seccomp.h>
-_LD_W_ABS = 0x20
-_JEQ_K = 0x15
-_AND_K = 0x54
-_RET_K = 0x06
-_RET_ALLOW = 0x7FFF0000
-_RET_ERRNO = 0x00050000
-_RET_KILL_PROCESS = 0x80000000
-_OFFSET_NR, _OFFSET_ARCH = 0, 4
+#: CLONE_NEWNS, CLONE_NEWCGROUP, CLONE_NEWUTS, CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWPID,
+#: CLONE_NEWNET (<linux/sched.h>); CLONE_NEWTIME (0x80) only for unshare: in clone's
+#: flags that bit is part of the exit signal.
+_CLONE_NEW_FLAGS = (0x00020000, 0x02000000, 0x04000000, 0x08000000, 0x10000000,
+                    0x20000000, 0x40000000)
+_CLONE_NEWTIME = 0x00000080
 
-#: (add_key, request_key, keyctl) per calling convention.
-_KEY_CALLS: dict[int, tuple[int, ...]] = {
-    _AUDIT_ARCH_X86_64: (248, 249, 250),  # x32 too, once bit 30 is masked off
-    _AUDIT_ARCH_I386: (286, 287, 288),
-    _AUDIT_ARCH_AARCH64: (217, 218, 219),
-    _AUDIT_ARCH_ARM: (309, 310, 311),
-}
-#: The conventions a process of each machine can call in with.
-_MACHINES: dict[str, tuple[int, ...]] = {
-    "x86_64": (_AUDIT_ARCH_X86_64, _AUDIT_ARCH_I386),
-    "aarch64": (_AUDIT_ARCH_AARCH64, _AUDIT_ARCH_ARM),
-}
+#: The extra calling conventions a process of each machine can use (libseccomp names).
+_COMPAT_ARCHES = {"x86_64": ("X86", "X32"), "aarch64": ("ARM",)}
 
 
-class NoFilterForMachine(RuntimeError):
-    """This machine's calling conventions are not known to the filter."""
+class NoSyscallFilter(RuntimeError):
+    """The filter cannot be built here (no libseccomp, or an unknown machine)."""
 
 
-def _insn(code: int, k: int, jt: int = 0, jf: int = 0) -> bytes:
-    return struct.pack("=HBBI", code, jt, jf, k)
+def _bindings():  # type: ignore[no-untyped-def]
+    """pyseccomp: libseccomp's Python API over the system's libseccomp through ctypes
+    (libseccomp's own bindings are not on the package index)."""
+    try:
+        import pyseccomp  # type: ignore[import-untyped]
+    except (ImportError, OSError, RuntimeError) as exc:  # RuntimeError: no libseccomp.so
+        raise NoSyscallFilter(
+            f"the local sandbox's syscall filter needs libseccomp ({exc}): install the "
+            "system package libseccomp2 (Debian/Ubuntu) or libseccomp (Fedora)") from exc
+    return pyseccomp
 
 
-def key_management_filter(machine: str | None = None) -> bytes:
-    """The filter program for `machine` (this one by default), as bwrap reads it: an
-    array of `struct sock_filter`."""
-    machine = machine or platform.machine()
-    arches = _MACHINES.get(machine)
-    if arches is None:
-        raise NoFilterForMachine(f"the local sandbox has no syscall filter for {machine!r} "
-                                 f"(known: {', '.join(_MACHINES)})")
-    # Per convention, a block: load the number (x86-64: bit 30 off), deny each call.
-    blocks: list[list[tuple[int, int, str | None]]] = []
-    for arch in arches:
-        block: list[tuple[int, int, str | None]] = [(_LD_W_ABS, _OFFSET_NR, None)]
-        if arch == _AUDIT_ARCH_X86_64:
-            block.append((_AND_K, ~_X32_SYSCALL_BIT & 0xFFFFFFFF, None))
-        block += [(_JEQ_K, nr, "deny") for nr in _KEY_CALLS[arch]]
-        block.append((_RET_K, _RET_ALLOW, None))
-        blocks.append(block)
-    # Layout: load arch; one test per convention jumping to its block; kill otherwise;
-    # the blocks; the shared deny.
-    head = 1 + len(arches) + 1
-    starts, at = [], head
-    for block in blocks:
-        starts.append(at)
-        at += len(block)
-    deny = at
-    program = [_insn(_LD_W_ABS, _OFFSET_ARCH)]
-    for i, arch in enumerate(arches):
-        here = 1 + i
-        program.append(_insn(_JEQ_K, arch, jt=starts[i] - here - 1, jf=0))
-    program.append(_insn(_RET_K, _RET_KILL_PROCESS))
-    for start, block in zip(starts, blocks, strict=True):
-        for offset, (code, k, target) in enumerate(block):
-            here = start + offset
-            jump = deny - here - 1 if target == "deny" else 0
-            if jump > 255:
-                raise AssertionError("seccomp program too long for a short jump")
-            program.append(_insn(code, k, jt=jump))
-    program.append(_insn(_RET_K, _RET_ERRNO | errno.EPERM))
-    return b"".join(program)
+def check_syscall_filter() -> None:
+    """Raise NoSyscallFilter if the filter cannot be built on this machine: said before
+    any sandbox starts (preflight), not by the first trial."""
+    if platform.machine() not in _COMPAT_ARCHES:
+        raise NoSyscallFilter(f"the local sandbox has no syscall filter for "
+                              f"{platform.machine()!r} (known: {', '.join(_COMPAT_ARCHES)})")
+    _bindings()
+
+
+def sandbox_filter_program() -> bytes:
+    """The filter program for this machine, as the kernel and bwrap read it (an array of
+    `struct sock_filter`), compiled by libseccomp."""
+    check_syscall_filter()
+    sc = _bindings()
+    deny = sc.ERRNO(errno.EPERM)
+    program = sc.SyscallFilter(sc.ALLOW)
+    for arch in _COMPAT_ARCHES[platform.machine()]:
+        program.add_arch(getattr(sc.Arch, arch))
+    for name in DENIED_CALLS:
+        try:
+            program.add_rule(deny, name)
+        except (OSError, ValueError) as exc:  # fail closed: no filter with a hole in it
+            raise NoSyscallFilter(f"libseccomp cannot filter {name}() ({exc}): the local "
+                                  "sandbox needs libseccomp 2.5 or later") from exc
+    for flag in _CLONE_NEW_FLAGS:
+        program.add_rule(deny, "unshare", sc.Arg(0, sc.MASKED_EQ, flag, flag))
+        program.add_rule(deny, "clone", sc.Arg(0, sc.MASKED_EQ, flag, flag))
+    program.add_rule(deny, "unshare", sc.Arg(0, sc.MASKED_EQ, _CLONE_NEWTIME, _CLONE_NEWTIME))
+    program.add_rule(sc.ERRNO(errno.ENOSYS), "clone3")
+    with tempfile.TemporaryFile() as out:
+        program.export_bpf(out)
+        out.seek(0)
+        return out.read()
+
+
+def write_sandbox_filter(path: Path) -> None:
+    """Write the filter program to `path`, for bwrap's `--seccomp FD`; atomically, since
+    sandboxes started at once may share it."""
+    partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
+    partial.write_bytes(sandbox_filter_program())
+    os.replace(partial, path)
