@@ -13,6 +13,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -33,6 +34,22 @@ SCRIPTS = Path(__file__).resolve().parent / "scripts"
 needs_root_sandbox = pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("bwrap") is None,
     reason="the local sandbox needs root and bubblewrap")
+
+
+def backend_dockerfile(sandbox: str) -> str | None:
+    """A task's Dockerfile for a test run on each backend: the local backend's default
+    (this machine's root), or a minimal Debian image built locally for the docker
+    backend. Skips the test where the backend cannot run."""
+    if sandbox == "local":
+        if os.geteuid() != 0 or shutil.which("bwrap") is None:
+            pytest.skip("the local sandbox needs root and bubblewrap")
+        return None
+    sandbox_tests = str(Path(__file__).resolve().parents[1] / "sandbox")
+    if sandbox_tests not in sys.path:
+        sys.path.insert(0, sandbox_tests)
+    from docker_support import debian_image, engine_or_skip
+
+    return f"FROM {debian_image(engine_or_skip())}\nWORKDIR /app\n"
 
 
 def cli_env(cache_dir: Path, extra: dict[str, str] | None = None) -> dict[str, str]:

@@ -8,15 +8,12 @@ the host's paths in every process's environment, command line and working direct
 
 from __future__ import annotations
 
-import os
 import secrets
-import shutil
-import sys
 from pathlib import Path
 
 import pytest
 
-from .support import REPO, SHELL_AGENT, load, run_sandlot, write_task
+from .support import REPO, SHELL_AGENT, backend_dockerfile, load, run_sandlot, write_task
 
 pytestmark = [pytest.mark.e2e, pytest.mark.adversarial, pytest.mark.timeout(600)]
 
@@ -45,26 +42,12 @@ mkdir -p /app && echo 41 > /app/answer.txt
 """
 
 
-def dockerfile(sandbox: str) -> str | None:
-    """The local backend's default task (on this machine's root), or a minimal Debian
-    image built locally for the docker backend."""
-    if sandbox == "local":
-        if os.geteuid() != 0 or shutil.which("bwrap") is None:
-            pytest.skip("the local sandbox needs root and bubblewrap")
-        return None
-    sandbox_tests = str(Path(__file__).resolve().parents[1] / "sandbox")
-    if sandbox_tests not in sys.path:
-        sys.path.insert(0, sandbox_tests)
-    from docker_support import debian_image, engine_or_skip
-
-    return f"FROM {debian_image(engine_or_skip())}\nWORKDIR /app\n"
-
-
 @pytest.mark.parametrize("sandbox", ["local", "docker"])
 def test_no_key_host_path_or_other_trial_reaches_a_sandbox(cache_dir, tmp_path, record,
                                                            sandbox):
     for name in ("keys-a", "keys-b"):
-        write_task(tmp_path / "tasks", name, instruction=KEYS, dockerfile=dockerfile(sandbox))
+        write_task(tmp_path / "tasks", name, instruction=KEYS,
+                   dockerfile=backend_dockerfile(sandbox))
     proc = run_sandlot(cache_dir, "run", str(tmp_path / "tasks"), "--agent", SHELL_AGENT,
                        "--sandbox", sandbox, "--jobs-dir", str(tmp_path / "jobs"),
                        "--job-name", "k", "-n", "2", timeout=240)

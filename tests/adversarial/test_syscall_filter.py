@@ -7,15 +7,12 @@ ordinary call) must work, or a "blocked" could just be a broken probe.
 
 from __future__ import annotations
 
-import os
 import platform
-import shutil
-import sys
 from pathlib import Path
 
 import pytest
 
-from .support import load, run_sandlot, write_task
+from .support import backend_dockerfile, load, run_sandlot, write_task
 
 pytestmark = [pytest.mark.e2e, pytest.mark.adversarial, pytest.mark.timeout(600)]
 
@@ -71,21 +68,6 @@ TEST_SH = PROBE + ("probe /logs/verifier/verify-probe.txt\n"
                    "echo 0 > /logs/verifier/reward.txt\n")
 
 
-def dockerfile(sandbox: str) -> str | None:
-    """The local backend's default task (on this machine's root), or a minimal Debian
-    image built locally for the docker backend."""
-    if sandbox == "local":
-        if os.geteuid() != 0 or shutil.which("bwrap") is None:
-            pytest.skip("the local sandbox needs root and bubblewrap")
-        return None
-    sandbox_tests = str(Path(__file__).resolve().parents[1] / "sandbox")
-    if sandbox_tests not in sys.path:
-        sys.path.insert(0, sandbox_tests)
-    from docker_support import debian_image, engine_or_skip
-
-    return f"FROM {debian_image(engine_or_skip())}\nWORKDIR /app\n"
-
-
 #: Calls Podman's default profile lets a `docker exec` make (the agent's phase on the docker
 #: backend): sandlot does not add its filter there yet (issue 27, step 4 is open on this).
 #: Listed by name, so that nothing else may join them.
@@ -101,7 +83,7 @@ def answers(path: Path) -> dict[str, str]:
 @pytest.mark.parametrize("sandbox", ["local", "docker"])
 def test_no_phase_makes_a_denied_kernel_call(cache_dir, tmp_path, record, sandbox):
     write_task(tmp_path / "tasks", "calls", solve_sh=SOLVE_SH, test_sh=TEST_SH,
-               dockerfile=dockerfile(sandbox))
+               dockerfile=backend_dockerfile(sandbox))
     proc = run_sandlot(cache_dir, "run", str(tmp_path / "tasks"), "--agent", "oracle",
                        "--sandbox", sandbox, "--jobs-dir", str(tmp_path / "jobs"),
                        "--job-name", "calls", timeout=300)

@@ -64,7 +64,7 @@ from sandlot.sandbox.docker_engine import (
 )
 from sandlot.sandbox.local import resolve_inside
 from sandlot.sandbox.procutil import CappedReader
-from sandlot.sandbox.seccomp import NoSyscallFilter, sandbox_filter_program
+from sandlot.sandbox.seccomp import sandbox_filter_program
 
 #: The main container's command (the ENTRYPOINT's arguments, PID 1 without one): idles
 #: until commands are exec'd into it, as Harbor's `sleep infinity`, and reaps what is
@@ -682,10 +682,7 @@ class DockerSandbox:
             environment.pop("HOME", None)
         environment.update(self._marked(env, token))
         if self._join_filter is None:
-            try:
-                self._join_filter = sandbox_filter_program().hex()
-            except NoSyscallFilter as exc:
-                raise SandboxError(str(exc)) from exc
+            self._join_filter = sandbox_filter_program().hex()
         request = {"mode": "run", "pid": self._pid, "argv": argv, "env": environment,
                    "cwd": cwd, "user": user, "seccomp": self._join_filter,
                    "mounts": {inside: str(host) for inside, host in mounts.items()}}

@@ -276,7 +276,11 @@ def _remove_own_at_exit(engine: Engine, owner: str) -> None:
 
 
 def check_docker_backend(engine_url: str | None = None) -> Engine:
-    """The engine, or SandboxError naming what was tried."""
+    """The engine, or SandboxError naming what was tried (or that sandlot's syscall
+    filter, which the verifier's commands run under, cannot be built here)."""
+    from sandlot.sandbox.seccomp import check_syscall_filter
+
+    check_syscall_filter()
     return connect_engine(engine_url)
 
 

@@ -56,7 +56,7 @@ from sandlot.sandbox.procutil import (
     die_with_sandlot,
     wait_exited,
 )
-from sandlot.sandbox.seccomp import NoSyscallFilter, write_sandbox_filter
+from sandlot.sandbox.seccomp import write_sandbox_filter
 
 #: Host paths every sandbox sees as empty folders: no host secrets, no host HOME.
 DEFAULT_MASKS = ("/root", "/home", "/tmp", "/var/tmp", "/run", "/mnt", "/media", "/srv",
@@ -1131,10 +1131,7 @@ class LocalSandbox:
         which reads it from the start."""
         path = self.scratch / "seccomp.bpf"
         if not path.exists():
-            try:
-                write_sandbox_filter(path)
-            except NoSyscallFilter as exc:
-                raise SandboxError(str(exc)) from exc
+            write_sandbox_filter(path)  # NoSyscallFilter is a SandboxError
         return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
 
     @override

@@ -252,14 +252,11 @@ def _entrypoint(plan: DockerfilePlan | None,
 def check_local_backend() -> None:
     """Raise SandboxError with an install hint if the local sandbox cannot run here."""
     from sandlot.sandbox.local import INSTALL_HINT, REQUIRED_TOOLS
-    from sandlot.sandbox.seccomp import NoSyscallFilter, check_syscall_filter
+    from sandlot.sandbox.seccomp import check_syscall_filter
 
     if os.geteuid() != 0:
         raise SandboxError("the local sandbox needs root (it mounts overlays); run as root")
     missing = [t for t in (*REQUIRED_TOOLS, "slirp4netns") if shutil.which(t) is None]
     if missing:
         raise SandboxError(f"missing {', '.join(missing)}; {INSTALL_HINT}")
-    try:
-        check_syscall_filter()
-    except NoSyscallFilter as exc:
-        raise SandboxError(str(exc)) from exc
+    check_syscall_filter()  # libseccomp is there (NoSyscallFilter is a SandboxError)

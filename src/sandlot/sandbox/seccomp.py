@@ -1,5 +1,6 @@
-"""The local sandbox's syscall filter: compiled by libseccomp (through its Python
-bindings) and loaded by bwrap (`--seccomp FD`) before it runs any process of a sandbox.
+"""sandlot's syscall filter, compiled by libseccomp (through its Python bindings): bwrap
+loads it (`--seccomp FD`) before it runs any process of a local sandbox, container_join
+before it runs a verifier's command in a container.
 
 Every process of a sandbox is real root without a user namespace (docs/security.md), with
 Docker's default capabilities. The capabilities already refuse most of what follows; the
@@ -33,6 +34,8 @@ import platform
 import tempfile
 from pathlib import Path
 
+from sandlot.errors import SandboxError
+
 #: Denied outright, on every calling convention that has them.
 DENIED_CALLS = (
     # namespaces (unshare and clone: only with a CLONE_NEW* flag, below)
@@ -61,7 +64,7 @@ _CLONE_NEWTIME = 0x00000080
 _COMPAT_ARCHES = {"x86_64": ("X86", "X32"), "aarch64": ("ARM",)}
 
 
-class NoSyscallFilter(RuntimeError):
+class NoSyscallFilter(SandboxError):
     """The filter cannot be built here (no libseccomp, or an unknown machine)."""
 
 
@@ -72,7 +75,7 @@ def _bindings():  # type: ignore[no-untyped-def]
         import pyseccomp  # type: ignore[import-untyped]
     except (ImportError, OSError, RuntimeError) as exc:  # RuntimeError: no libseccomp.so
         raise NoSyscallFilter(
-            f"the local sandbox's syscall filter needs libseccomp ({exc}): install the "
+            f"sandlot's syscall filter needs libseccomp ({exc}): install the "
             "system package libseccomp2 (Debian/Ubuntu) or libseccomp (Fedora)") from exc
     return pyseccomp
 
