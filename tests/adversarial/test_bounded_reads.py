@@ -34,7 +34,8 @@ if python3 -c "import sys; sys.exit(open('/app/answer.txt').read().strip() != '4
 then echo 1; else echo 0; fi > /logs/verifier/reward.txt
 """
 #: Builds a tree 1000 folders deep in /app (deeper than Python's recursion limit).
-DEEP_TREE = "(cd /app && for i in $(seq 1000); do mkdir d && cd d || exit 1; done; echo x > leaf)"
+#: One `mkdir -p`: a loop of `mkdir d && cd d` grows quadratic in bash (30 s for 1,200).
+DEEP_TREE = "(p=/app/$(printf 'd/%.0s' $(seq 1000)) && mkdir -p \"$p\" && echo x > \"${p}leaf\")"
 PTH = "/usr/lib/python3/dist-packages"
 
 

@@ -37,8 +37,9 @@ ATTACKS: dict[str, str] = {
     "no-python": "rm -f /usr/bin/python3* /usr/local/bin/python3*\n",
     "logs-locked": "chmod 000 /logs /logs/verifier; chattr +i /logs /logs/verifier 2>/dev/null\n",
     "logs-moved": "mv /logs /logs-old 2>/dev/null; mkdir -p /logs; echo x > /logs/verifier\n",
-    "agent-logs-deep": ("cd /logs/agent && for i in $(seq 1200); do mkdir d && cd d || exit 1;"
-                        " done; echo x > leaf\n"),
+    # One `mkdir -p` (a loop of `mkdir d && cd d` grows quadratic in bash: 30 s here).
+    "agent-logs-deep": ("p=/logs/agent/$(printf 'd/%.0s' $(seq 1200)) && mkdir -p \"$p\" && "
+                        "echo x > \"${p}leaf\"\n"),
 }
 
 
