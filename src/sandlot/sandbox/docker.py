@@ -114,6 +114,9 @@ class ContainerSetup:
     health_timeout_sec: float = 300.0
     #: The image the main container's image is built on (or is): what results name.
     base_image: str | None = None
+    #: `SecurityOpt` of every container: the engine's seccomp profile with sandlot's
+    #: denials (engine_seccomp.py); empty where the engine's own default has them.
+    security_opt: list[str] = field(default_factory=list)
 
 
 class DockerProcess:
@@ -235,6 +238,8 @@ class DockerSandbox:
             kwargs["pids_limit"] = int(pids)
         if self.setup.runtime:
             kwargs["runtime"] = self.setup.runtime
+        if self.setup.security_opt:
+            kwargs["security_opt"] = list(self.setup.security_opt)
         if getattr(self.engine, "low_ulimits", False):
             kwargs["ulimits"] = [Ulimit(name=n, soft=s, hard=h) for n, s, h in LOW_ULIMITS]
         return api.create_host_config(**kwargs)

@@ -33,6 +33,11 @@ from sandlot.sandbox.docker_engine import (
     owner_dead,
     owner_id,
 )
+from sandlot.sandbox.engine_seccomp import (
+    container_seccomp_option,
+    engine_default_profile,
+    strengthen_profile,
+)
 from sandlot.sandbox.files import needs_environment_upload, upload_environment
 from sandlot.tasks.dockerfile import parse_dockerfile
 from sandlot.tasks.loader import DEFAULT_WORKDIR
@@ -77,6 +82,7 @@ class DockerBackend:
                                     overrides=self.overrides, force_build=force_build,
                                     max_builds=max_builds, build_args=build_args)
         self.runtime = runtime or os.environ.get("SANDLOT_CONTAINER_RUNTIME") or None
+        self.security_opt = container_security_opt(self.engine, cache_dir / "seccomp")
         self._slots = asyncio.Semaphore(ENGINE_SLOTS)
         _remove_own_at_exit(self.engine, self.owner)
 
@@ -85,7 +91,8 @@ class DockerBackend:
         timeout = request.build_timeout_sec
         request.log_dir.mkdir(parents=True, exist_ok=True)
         compose_path = find_compose(env_dir)
-        setup = ContainerSetup(image="", owner=self.owner, runtime=self.runtime)
+        setup = ContainerSetup(image="", owner=self.owner, runtime=self.runtime,
+                               security_opt=self.security_opt)
         dockerfile_env: dict[str, str] = {}
         if request.image is not None:  # a prebuilt image, run as it is
             ref = override_image(request.image, self.overrides)
@@ -275,13 +282,28 @@ def _remove_own_at_exit(engine: Engine, owner: str) -> None:
     atexit.register(remove)
 
 
+def container_security_opt(engine: Engine, folder: Path) -> list[str]:
+    """`SecurityOpt` for every container: the engine's default seccomp profile with
+    sandlot's denials, where the engine lacks them (a profile file under `folder` for
+    Podman). Raises: EngineSeccompError (a SandboxError) when the engine has no profile
+    sandlot can make stricter."""
+    profile = engine_default_profile(engine.security_options, is_podman=engine.is_podman)
+    option = container_seccomp_option(profile, is_podman=engine.is_podman, folder=folder)
+    return [option] if option else []
+
+
 def check_docker_backend(engine_url: str | None = None) -> Engine:
     """The engine, or SandboxError naming what was tried (or that sandlot's syscall
-    filter, which the verifier's commands run under, cannot be built here)."""
+    filter, which the verifier's commands run under, cannot be built here, or that the
+    engine's seccomp profile cannot be made to deny what sandlot denies)."""
     from sandlot.sandbox.seccomp import check_syscall_filter
 
     check_syscall_filter()
-    return connect_engine(engine_url)
+    engine = connect_engine(engine_url)
+    profile = engine_default_profile(engine.security_options, is_podman=engine.is_podman)
+    if profile is not None:
+        strengthen_profile(profile)
+    return engine
 
 
 __all__ = ["DEFAULT_IMAGE", "DockerBackend", "check_docker_backend", "override_image",

@@ -279,6 +279,9 @@ class Engine:
         components = " ".join(str(c.get("Name", "")) for c in info.get("Components") or [])
         self.is_podman = "podman" in components.lower()
         self.name = "Podman" if self.is_podman else "Docker"
+        #: `SecurityOptions` of /info: the seccomp profile containers get by default.
+        self.security_options = [str(o) for o in
+                                 self.api.info().get("SecurityOptions") or []]
         self._pool = ThreadPoolExecutor(max_workers=48, thread_name_prefix="sandlot-docker")
 
     async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:

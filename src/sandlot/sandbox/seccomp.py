@@ -56,9 +56,9 @@ DENIED_CALLS = (
 #: CLONE_NEWNS, CLONE_NEWCGROUP, CLONE_NEWUTS, CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWPID,
 #: CLONE_NEWNET (<linux/sched.h>); CLONE_NEWTIME (0x80) only for unshare: in clone's
 #: flags that bit is part of the exit signal.
-_CLONE_NEW_FLAGS = (0x00020000, 0x02000000, 0x04000000, 0x08000000, 0x10000000,
+CLONE_NEW_FLAGS = (0x00020000, 0x02000000, 0x04000000, 0x08000000, 0x10000000,
                     0x20000000, 0x40000000)
-_CLONE_NEWTIME = 0x00000080
+CLONE_NEWTIME = 0x00000080
 
 #: The extra calling conventions a process of each machine can use (libseccomp names).
 _COMPAT_ARCHES = {"x86_64": ("X86", "X32"), "aarch64": ("ARM",)}
@@ -104,10 +104,10 @@ def sandbox_filter_program() -> bytes:
         except (OSError, ValueError) as exc:  # fail closed: no filter with a hole in it
             raise NoSyscallFilter(f"libseccomp cannot filter {name}() ({exc}): the local "
                                   "sandbox needs libseccomp 2.5 or later") from exc
-    for flag in _CLONE_NEW_FLAGS:
+    for flag in CLONE_NEW_FLAGS:
         program.add_rule(deny, "unshare", sc.Arg(0, sc.MASKED_EQ, flag, flag))
         program.add_rule(deny, "clone", sc.Arg(0, sc.MASKED_EQ, flag, flag))
-    program.add_rule(deny, "unshare", sc.Arg(0, sc.MASKED_EQ, _CLONE_NEWTIME, _CLONE_NEWTIME))
+    program.add_rule(deny, "unshare", sc.Arg(0, sc.MASKED_EQ, CLONE_NEWTIME, CLONE_NEWTIME))
     program.add_rule(sc.ERRNO(errno.ENOSYS), "clone3")
     with tempfile.TemporaryFile() as out:
         program.export_bpf(out)
