@@ -14,6 +14,7 @@ CASES = {
     "unknown agent": (["--agent", "no-such-agent"], "no-such-agent"),
     "unknown backend": (["--sandbox", "kubernetes"], "--sandbox"),
     "unknown image policy": (["--image-policy", "sometimes"], "--image-policy"),
+    "unknown verifier mode": (["--verifier-mode", "elsewhere"], "--verifier-mode"),
     "agent network": (["--agent-network", "lan"], "--agent-network"),
     "missing scripts dir": (["--agent", "builtin", "--model", "scripted/solver",
                              "--scripts-dir", "/no/such/scripts"], "--scripts-dir"),

@@ -275,6 +275,11 @@ def run(
         min=1, help="The most MB of what the agent left (workspace diff, /logs/agent, "
         "/logs/verifier) copied into each trial's folder; the rest is listed as left "
         "out.")] = 100,
+    verifier_mode: Annotated[str, typer.Option(
+        help="Where each task's tests run: task (as its task.toml says: in the agent's "
+        "sandbox, or environment_mode = \"separate\") or separate (every task: a fresh "
+        "sandbox of its environment holding only the agent's working directory and "
+        "/logs/artifacts).")] = "task",
     force_build: Annotated[bool, typer.Option(
         "--force-build",
         help="Rebuild task images instead of reusing cached ones (docker backend).")] = False,
@@ -350,7 +355,8 @@ def run(
     except ValueError as exc:
         raise _fail(console, str(exc)) from exc
     template_text = _read_template(console, repair_template) if repair_template else None
-    _check_flags(console, sandbox=sandbox, image_policy=image_policy, model=model,
+    _check_flags(console, sandbox=sandbox, image_policy=image_policy,
+                 verifier_mode=verifier_mode, model=model,
                  needs_model={"--api-base": api_base, "--api-key-env": api_key_env,
                               "--scripts-dir": scripts_dir, "--max-turns": max_turns},
                  scripts_dir=scripts_dir,
@@ -425,6 +431,7 @@ def run(
         api_base=api_base, max_turns=max_turns, repair_attempts=repair_attempts,
         repair_template=template_text, redact_env=_redact_names(redact_env),
         sandbox=sandbox, max_copy_out_mb=max_copy_out_mb, jobs_dir=str(jobs_root),
+        verifier_mode=verifier_mode,
         task_digests={t.name: hash_tree(t.path) for t in tasks},
     )
     gateway = None
@@ -524,12 +531,14 @@ def _print_json_result(job_dir: Path, code: ExitCode, summary) -> None:  # type:
     }))
 
 
-def _check_flags(console: Console, *, sandbox: str, image_policy: str, model: str | None,
+def _check_flags(console: Console, *, sandbox: str, image_policy: str, verifier_mode: str,
+                 model: str | None,
                  needs_model: dict[str, object], scripts_dir: list[Path] | None,
                  repair_template: Path | None, repair_attempts: int) -> None:
     """Flags that are wrong whatever the tasks: said before anything is loaded."""
     from sandlot.sandbox import BACKENDS
     from sandlot.sandbox.local_backend import IMAGE_POLICIES
+    from sandlot.separate_verifier import VERIFIER_MODE_CHOICES
 
     if sandbox not in BACKENDS:
         raise _fail(console, f"--sandbox {sandbox!r} is not a backend: use one of "
@@ -537,6 +546,9 @@ def _check_flags(console: Console, *, sandbox: str, image_policy: str, model: st
     if image_policy not in IMAGE_POLICIES:
         raise _fail(console, f"--image-policy {image_policy!r}: use one of "
                     f"{', '.join(IMAGE_POLICIES)}")
+    if verifier_mode not in VERIFIER_MODE_CHOICES:
+        raise _fail(console, f"--verifier-mode {verifier_mode!r}: use one of "
+                    f"{', '.join(VERIFIER_MODE_CHOICES)}")
     if model is None:
         for flag, value in needs_model.items():
             if value:

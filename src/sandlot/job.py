@@ -203,7 +203,8 @@ async def run_job(config: JobConfig, tasks: list[Task], backend: SandboxBackend,
                              repair_template=config.repair_template,
                              cache_dir=cache_dir, agent_version=config.agent_version,
                              redactions=secrets_from_env(config.redact_env),
-                             copy_out_max_bytes=config.max_copy_out_mb * 1024 * 1024)
+                             copy_out_max_bytes=config.max_copy_out_mb * 1024 * 1024,
+                             verifier_mode=config.verifier_mode)
     verifier = ScriptVerifier()
     slots = asyncio.Semaphore(config.n_concurrent)
 

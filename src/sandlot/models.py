@@ -66,6 +66,10 @@ class JobConfig(BaseModel):
         default=100, ge=1, description="The most of the agent's files (workspace diff, "
         "/logs/agent, /logs/verifier) copied into each trial's folder; the rest is listed "
         "as left out.")
+    verifier_mode: Literal["task", "separate"] = Field(
+        default="task", description="Where tests run: as each task says (`[verifier] "
+        "environment_mode`), or `separate` for every task (a fresh sandbox holding only the "
+        "agent's outputs).")
     jobs_dir: str = Field(description="Absolute path of the jobs folder.")
     task_digests: dict[str, str] = Field(
         default_factory=dict, description="Content digest of each task folder, to spot edits.")
@@ -182,6 +186,9 @@ class TrialResult(BaseModel):
     finished_at: str | None = None
     task_digest: str | None = None
     sandbox: str = "local"
+    verifier_mode: Literal["shared", "separate"] = Field(
+        default="shared", description="Where the tests ran: in the agent's sandbox "
+        "(`shared`), or in a fresh one holding only the agent's outputs (`separate`).")
     environment: dict[str, str] | None = Field(
         default=None, description="What the sandbox's root was: `base` image (with `image` "
         "and its manifest `digest`), host (this machine's root) or host-fallback (the image "

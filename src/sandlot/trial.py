@@ -54,6 +54,7 @@ from sandlot.sandbox.base import (
 )
 from sandlot.sandbox.bounded_fs import export_tree
 from sandlot.sandbox.users import as_user, ensure_users
+from sandlot.separate_verifier import SeparateVerifier, verifier_mode
 from sandlot.tasks.loader import Task
 from sandlot.verify import TESTS_MOUNT, VERIFIER_LOGS, Verdict, Verifier
 
@@ -96,6 +97,8 @@ class TrialSettings:
     redactions: dict[str, str] = field(default_factory=dict)
     #: The most of the agent's files copied into the trial folder, in all (--max-copy-out-mb).
     copy_out_max_bytes: int = 100 * 1024 * 1024
+    #: --verifier-mode: "task" (what task.toml says) or "separate" (every task).
+    verifier_mode: str = "task"
 
 
 class _PhaseClock:
@@ -209,6 +212,13 @@ class _Trial:
         self.copy_budget = settings.copy_out_max_bytes
         #: Copy-out caps that cut what the trial folder keeps (result.json integrity).
         self.caps_hit: list[str] = []
+        if not self.task.problems:
+            self.result.verifier_mode = verifier_mode(self.task, settings.verifier_mode)
+        self.separate: SeparateVerifier | None = None
+        if self.result.verifier_mode == "separate":
+            self.separate = SeparateVerifier(verifier, self._open_verifier_sandbox,
+                                             lambda sandbox: _stop_shielded(sandbox, self.clock))
+            self.verifier = self.separate
 
     async def run(self) -> TrialResult:
         cancelled: asyncio.CancelledError | None = None
@@ -318,6 +328,29 @@ class _Trial:
                                   build_timeout_sec=env.build_timeout_sec * self.mult,
                                   log_dir=log_dir, image=task.prebuilt_image)
 
+    async def _open_verifier_sandbox(self, name: str) -> Sandbox:
+        """A fresh sandbox of the task's environment for a separate verifier, its users
+        and services ready as the agent's were."""
+        request = self._environment_request(f"{self.plan.name}-{name}",
+                                            self.plan.dir / "verifier" / "setup")
+        with _sandbox_failures("verify"):
+            sandbox = await self.backend.create(request)
+        try:
+            with _sandbox_failures("verify"):
+                await self._start_services(sandbox)
+        except BaseException:
+            await _stop_shielded(sandbox, self.clock)
+            raise
+        return sandbox
+
+    async def _stop_agent_sandbox(self, sandbox: Sandbox) -> None:
+        """The agent's sandbox, once a separate verifier has its outputs: what the agent
+        left running ends before the tests start."""
+        if sandbox is self.sandbox:
+            self.sandbox = None
+        self.clock.log("the agent's outputs are carried: its sandbox stops")
+        await _stop_shielded(sandbox, self.clock)
+
     async def _start_services(self, sandbox: Sandbox) -> None:
         """The task's users exist, and the services its image started answer their
         healthcheck, before the agent sees anything."""
@@ -423,18 +456,17 @@ class _Trial:
         try:
             with _sandbox_failures("verify"):
                 try:
-                    neutralized = await neutralize_planted_hooks(sandbox, self.task.workdir)
+                    if self.separate is None:
+                        await self._neutralize(sandbox)
+                    else:  # nothing outside the outputs reaches the verifier
+                        self.separate.stop_source = self._stop_agent_sandbox
+                    verdict = await self.verifier.verify(
+                        sandbox, self.task, self.plan.dir / "verifier",
+                        self.task.config.verifier.timeout_sec * self.mult,
+                        logs_max_bytes=max(0, self.copy_budget))
                 except Unverifiable as exc:
                     self._fail_closed(exc.reason, [exc.path])
                     return
-                if neutralized:
-                    result.integrity = Integrity(status="neutralized", neutralized=neutralized)
-                    self.clock.log(f"neutralized {len(neutralized)} planted hook(s) before "
-                                   "verification")
-                verdict = await self.verifier.verify(
-                    sandbox, self.task, self.plan.dir / "verifier",
-                    self.task.config.verifier.timeout_sec * self.mult,
-                    logs_max_bytes=max(0, self.copy_budget))
         except SandboxDiskFull as exc:
             # The agent filled its disk (storage_mb) so full that the tests cannot be
             # copied in: its own failure, scored 0. Errored instead, the trial would
@@ -454,6 +486,14 @@ class _Trial:
         result.repaired = result.passed and len(result.attempts) > 1
         result.verifier_exit_code = verdict.exit_code
         result.script_time_sec += verdict.duration_sec
+
+    async def _neutralize(self, sandbox: Sandbox) -> None:
+        """Hooks the agent planted for the verifier's machinery put back (shared mode)."""
+        neutralized = await neutralize_planted_hooks(sandbox, self.task.workdir)
+        if neutralized:
+            self.result.integrity = Integrity(status="neutralized", neutralized=neutralized)
+            self.clock.log(f"neutralized {len(neutralized)} planted hook(s) before "
+                           "verification")
 
     async def _attribute_verifier_fault(self, exc: TrialError) -> None:
         """The verifier could not score what the agent left. Run it once on a pristine

@@ -583,7 +583,8 @@ def test_env_templates_are_filled_from_the_environment_or_their_default() -> Non
     ('[[steps]]\nname = "one"\n[[steps]]\nname = "two"\n', "steps (line 1)", "2 steps"),
     ('[agent]\nnetwork_mode = "allowlist"\nallowed_hosts = ["files.example.org"]\n',
      "agent.network_mode (line 2)", "allowlist"),
-    ('[verifier]\nenvironment_mode = "separate"\n', "verifier.environment", "separate"),
+    ('[verifier.environment]\ndocker_image = "verifier:1"\n', "verifier.environment (line 1)",
+     "image for the tests"),
     ('[[verifier.collect]]\ncommand = "true"\n', "verifier.collect (line 1)", "collect"),
 ])
 def test_what_sandlot_cannot_honour_is_refused_with_the_reason_and_a_fix(
@@ -591,6 +592,15 @@ def test_what_sandlot_cannot_honour_is_refused_with_the_reason_and_a_fix(
     [problem] = errors(check_task(make_task("unsupported", task_toml=toml)))
     assert problem.field == field, problem
     assert needle in problem.message + problem.fix and problem.fix
+
+
+def test_a_separate_verifier_is_honoured_unless_it_needs_an_image_of_its_own(make_task) -> None:
+    toml = '[verifier]\nenvironment_mode = "separate"\n'
+    assert errors(check_task(make_task("separate", task_toml=toml))) == []
+    bundled = make_task("bundled", task_toml=toml, files={"tests/Dockerfile": "FROM x\n"})
+    [problem] = errors(check_task(bundled))
+    assert problem.field == "verifier.environment_mode (line 2)"
+    assert "tests/Dockerfile" in problem.message + problem.fix
 
 
 def test_a_prebuilt_image_is_run_as_it_is_and_its_dockerfile_is_not_checked(make_task) -> None:

@@ -116,6 +116,12 @@ def walk(root: Path, limits: WalkLimits = DEFAULT_WALK_LIMITS) -> Iterator[Entry
                 os.close(fd)
 
 
+def open_entry(entry: Entry) -> int:
+    """A read-only descriptor of the walk's `entry`, opened by name in its folder without
+    following a link or blocking on a FIFO (check with fstat that it is a regular file)."""
+    return os.open(entry.name, _FILE_FLAGS, dir_fd=entry.dir_fd)
+
+
 def _listing(fd: int, budget: int) -> Iterator[tuple[str, os.stat_result]]:
     """The folder's names and lstats, read at once (its listing's own descriptor closed
     before the walk goes on), at most budget + 1 of them: one more than the walk can
@@ -265,7 +271,7 @@ def _export_entry(entry: Entry, target: Path, max_bytes: int, report: Export) ->
         report.note(f"{entry.path}: {entry.stat.st_size} bytes, past the {max_bytes}-byte "
                     "cap; not copied")
     else:
-        fd = os.open(entry.name, _FILE_FLAGS, dir_fd=entry.dir_fd)
+        fd = open_entry(entry)
         try:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
                 return  # swapped meanwhile

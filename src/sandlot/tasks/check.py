@@ -157,7 +157,8 @@ def _check_toml(task: str, path: Path, oracle: bool = True) -> list[Problem]:
                                     f"{err['msg']}, got {err.get('input')!r}",
                                     _fix_for(dict(err), field)))
         return problems
-    for gap in unsupported(config, oracle=oracle):
+    tests_dockerfile = (path.parent / "tests" / "Dockerfile").is_file()
+    for gap in unsupported(config, oracle=oracle, tests_dockerfile=tests_dockerfile):
         line = _key_line(text, tuple(gap.field.split(".")))
         where = f"{gap.field} (line {line})" if line else gap.field
         problems.append(Problem(task, "task.toml", where, gap.reason, gap.fix))

@@ -16,9 +16,12 @@ class Unsupported:
     fix: str
 
 
-def unsupported(config: TaskConfig, *, oracle: bool) -> list[Unsupported]:
+def unsupported(config: TaskConfig, *, oracle: bool,
+                tests_dockerfile: bool = False) -> list[Unsupported]:
     """Every field of `config` sandlot would have to ignore. `oracle`: the reference
-    solution runs, which needs no agent-facing feature (MCP servers, skills)."""
+    solution runs, which needs no agent-facing feature (MCP servers, skills);
+    `tests_dockerfile`: the task has tests/Dockerfile (Harbor builds a separate verifier's
+    image from it)."""
     env = config.environment
     out: list[Unsupported] = []
     if env.gpus:
@@ -40,10 +43,17 @@ def unsupported(config: TaskConfig, *, oracle: bool) -> list[Unsupported]:
             out.append(Unsupported(f"{section}.network_mode", "an allowlist network is not "
                                    "supported yet", 'use "public" or "no-network"'))
     verifier = config.verifier
-    if verifier.environment_mode == "separate" or verifier.environment is not None:
-        out.append(Unsupported("verifier.environment", "a separate verifier environment is "
-                               "not supported yet", "verify in the agent's environment "
-                               '(environment_mode = "shared")'))
+    if verifier.environment is not None:
+        out.append(Unsupported("verifier.environment", "a verifier environment of its own "
+                               "(an image for the tests) is not supported yet",
+                               "drop [verifier.environment]: environment_mode = \"separate\" "
+                               "alone runs the tests in a fresh copy of the task's "
+                               "environment"))
+    elif tests_dockerfile and verifier.environment_mode == "separate":
+        out.append(Unsupported("verifier.environment_mode", "a separate verifier built from "
+                               "tests/Dockerfile is not supported yet", "remove "
+                               "tests/Dockerfile to verify in a fresh copy of the task's "
+                               "environment"))
     if verifier.collect:
         out.append(Unsupported("verifier.collect", "collect hooks are not supported yet",
                                "drop it from the run (--exclude)"))
