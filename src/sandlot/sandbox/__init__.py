@@ -46,8 +46,9 @@ def create_backend(name: str, cache_dir: Path, *, force_build: bool = False,
                             images=store, base_image_overrides=base_image_overrides,
                             build_args=build_args, notify=notify)
     if name == "docker":
-        from sandlot.sandbox.docker_backend import DockerBackend
+        from sandlot.sandbox.docker_backend import DockerBackend, check_docker_backend
 
+        check_docker_backend()
         return DockerBackend(cache_dir, force_build=force_build,
                              base_image_overrides=base_image_overrides,
                              insecure_registries=frozenset(insecure_registries),

@@ -33,11 +33,7 @@ from sandlot.sandbox.docker_engine import (
     owner_dead,
     owner_id,
 )
-from sandlot.sandbox.engine_seccomp import (
-    container_seccomp_option,
-    engine_default_profile,
-    strengthen_profile,
-)
+from sandlot.sandbox.engine_seccomp import container_seccomp_option, engine_default_profile
 from sandlot.sandbox.files import needs_environment_upload, upload_environment
 from sandlot.tasks.dockerfile import parse_dockerfile
 from sandlot.tasks.loader import DEFAULT_WORKDIR
@@ -292,18 +288,13 @@ def container_security_opt(engine: Engine, folder: Path) -> list[str]:
     return [option] if option else []
 
 
-def check_docker_backend(engine_url: str | None = None) -> Engine:
-    """The engine, or SandboxError naming what was tried (or that sandlot's syscall
-    filter, which the verifier's commands run under, cannot be built here, or that the
-    engine's seccomp profile cannot be made to deny what sandlot denies)."""
+def check_docker_backend() -> None:
+    """Raise SandboxError if sandlot's syscall filter, which the verifier's commands run
+    under, cannot be built here. (The engine itself, and whether its seccomp profile can be
+    made to deny what sandlot denies, DockerBackend checks when it connects.)"""
     from sandlot.sandbox.seccomp import check_syscall_filter
 
     check_syscall_filter()
-    engine = connect_engine(engine_url)
-    profile = engine_default_profile(engine.security_options, is_podman=engine.is_podman)
-    if profile is not None:
-        strengthen_profile(profile)
-    return engine
 
 
 __all__ = ["DEFAULT_IMAGE", "DockerBackend", "check_docker_backend", "override_image",

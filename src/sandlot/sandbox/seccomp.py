@@ -57,7 +57,7 @@ DENIED_CALLS = (
 #: CLONE_NEWNET (<linux/sched.h>); CLONE_NEWTIME (0x80) only for unshare: in clone's
 #: flags that bit is part of the exit signal.
 CLONE_NEW_FLAGS = (0x00020000, 0x02000000, 0x04000000, 0x08000000, 0x10000000,
-                    0x20000000, 0x40000000)
+                   0x20000000, 0x40000000)
 CLONE_NEWTIME = 0x00000080
 
 #: The extra calling conventions a process of each machine can use (libseccomp names).
