@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import os
 import posixpath
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,14 @@ GIT_CONFIGS = ("/etc/gitconfig", "/root/.gitconfig", "/root/.config/git/config")
 GIT_HOOK_KEYS = ("fsmonitor", "hookspath", "sshcommand", "askpass")
 #: The most of a changed file the hook check reads (a .pth, a git config).
 HOOK_FILE_MAX_BYTES = 1_000_000
+#: Folders only the verifier's own processes see (mounted for test.sh alone), and /proc,
+#: whose per-process links (/proc/self/root, /proc/<pid>/cwd) reach them from anywhere. A
+#: link the agent left that leads there is read in test.sh's view: `answer.txt ->
+#: /tests/expected.txt` would hand the tests their own answer.
+VERIFY_ONLY = ("/tests", "/logs/verifier", "/proc")
+LINK_INTO_VERIFIER = "link into the verifier's own folders"
+#: Links followed resolving one path, as the kernel's own limit (ELOOP past it).
+MAX_LINKS = 40
 
 
 @dataclass(frozen=True)
@@ -51,14 +60,52 @@ def _inside(path: str, folder: str) -> bool:
     return path == folder or path.startswith(folder + "/")
 
 
+def resolve_link(path: str, readlink: Callable[[str], str | None],
+                 max_links: int = MAX_LINKS) -> str | None:
+    """Where `path` leads in the sandbox's tree, every link on the way (the last one too)
+    followed as the sandbox's kernel would. `readlink(p)` answers for a path whose folders
+    are already resolved: the link's text, or None for anything else (missing included:
+    the rest is then taken as written). Resolution stops at the first VERIFY_ONLY folder
+    it enters (nothing there is followed). None when the links do not end (a loop)."""
+    parts = [p for p in path.split("/") if p not in ("", ".")]
+    resolved: list[str] = []
+    links = 0
+    while parts:
+        part = parts.pop(0)
+        if part == "..":
+            if resolved:
+                resolved.pop()
+            continue
+        here = "/" + "/".join([*resolved, part])
+        if _in_any(here, VERIFY_ONLY):
+            return posixpath.normpath("/".join([here, *parts]))
+        target = readlink(here)
+        if target is None:
+            resolved.append(part)
+            continue
+        links += 1
+        if links > max_links:
+            return None
+        if target.startswith("/"):
+            resolved = []
+        parts = [p for p in target.split("/") if p not in ("", ".")] + parts
+    return "/" + "/".join(resolved)
+
+
+def _in_any(path: str, folders: tuple[str, ...]) -> bool:
+    return any(_inside(path, folder) for folder in folders)
+
+
 def find_planted_hooks(changes: list[Any], workdir: str, read_text: Any = None,
-                       exists: Any = None) -> list[Finding]:
+                       exists: Any = None, readlink: Any = None) -> list[Finding]:
     """Changes (sandlot.sandbox.changes.Change) that would run inside the verifier.
 
     `read_text(path) -> str | None` lets .pth files be inspected (only those with an
     `import` line execute code); without it every changed .pth outside the workdir counts.
     `exists(path) -> bool | None` answers from the sandbox's own file tree (its image or
     layer, not the host's); a path it cannot answer for counts as present (the safe side).
+    `readlink(path) -> str | None` (see resolve_link) lets links be followed: a changed
+    link that leads into a VERIFY_ONLY folder is found wherever it is, the workdir too.
     """
     found: list[Finding] = []
     changed = {c.path: c.kind for c in changes}
@@ -66,6 +113,12 @@ def find_planted_hooks(changes: list[Any], workdir: str, read_text: Any = None,
         if kind == "deleted":
             continue
         folder, name = posixpath.split(path)
+        if readlink is not None and readlink(path) is not None:
+            leads = resolve_link(path, readlink)
+            if leads is None or _in_any(leads, VERIFY_ONLY):
+                found.append(Finding(path, f"{LINK_INTO_VERIFIER} "
+                                           f"({leads or 'a loop of links'})"))
+                continue
         if name in PY_HOOKS:  # even in the workdir: a .pth or PYTHONPATH can reach it
             found.append(Finding(path, "Python start-up hook"))
             continue
@@ -150,6 +203,45 @@ def _base_has(path: str, exists: Any) -> bool:
     return True if answer is None else bool(answer)
 
 
+@dataclass(frozen=True)
+class SandboxReader:
+    """The sandbox's own file tree read from the host (through `host_path`), as the
+    checks above ask for it. Without a host view every answer is "unknown", which each
+    check takes for the safe side."""
+
+    host_path: Callable[[str], Any] | None
+
+    def read_text(self, path: str) -> str | None:
+        # The agent's file: no link followed, no FIFO opened, at most 1 MB. A file it
+        # cannot read that way answers None, which every check takes as a hook.
+        if self.host_path is None:
+            return None
+        try:
+            data = read_regular(Path(self.host_path("/")), path, HOOK_FILE_MAX_BYTES)
+        except (OSError, SandboxError, CapExceeded):
+            return None
+        return data.decode(errors="replace") if data is not None else None
+
+    def exists(self, path: str) -> bool | None:
+        if self.host_path is None:
+            return None
+        try:
+            where = Path(self.host_path(path))
+        except (SandboxError, OSError):  # a path the backend cannot map: unknown
+            return None
+        return os.path.lexists(where)  # the last link not followed: it may lead out
+
+    def readlink(self, path: str) -> str | None:
+        # Callers pass paths whose folders are resolved (no link on the way), so this
+        # reads the sandbox's own entry; a /proc path is never asked for (VERIFY_ONLY).
+        if self.host_path is None:
+            return None
+        try:
+            return os.readlink(Path(self.host_path("/")) / path.lstrip("/"))
+        except (OSError, SandboxError):  # not a link, missing, or no view
+            return None
+
+
 async def neutralize_planted_hooks(sandbox: Any, workdir: str) -> list[dict[str, str]]:
     """Find and undo planted hooks in `sandbox`; returns what was done (for result.json).
     A backend that cannot tell what changed (no TracksChanges) has nothing found."""
@@ -158,34 +250,34 @@ async def neutralize_planted_hooks(sandbox: Any, workdir: str) -> list[dict[str,
     changes = await sandbox.changes()
     if not changes:
         return []
-    host_path = getattr(sandbox, "host_path", None)
-
-    def read_text(path: str) -> str | None:
-        # The agent's file: no link followed, no FIFO opened, at most 1 MB. A file it
-        # cannot read that way answers None, which every check takes as a hook.
-        if host_path is None:
-            return None
-        try:
-            data = read_regular(Path(host_path("/")), path, HOOK_FILE_MAX_BYTES)
-        except (OSError, SandboxError, CapExceeded):
-            return None
-        return data.decode(errors="replace") if data is not None else None
-
-    def exists(path: str) -> bool | None:
-        if host_path is None:
-            return None
-        try:
-            where = Path(host_path(path))
-        except (SandboxError, OSError):  # a path the backend cannot map: unknown
-            return None
-        return os.path.lexists(where)  # the last link not followed: it may lead out
-
+    view = SandboxReader(getattr(sandbox, "host_path", None))
     # Off the event loop: the reads are the agent's files (bounded, but disk-bound).
-    findings = await asyncio.to_thread(find_planted_hooks, changes, workdir, read_text,
-                                       exists)
+    findings = await asyncio.to_thread(find_planted_hooks, changes, workdir, view.read_text,
+                                       view.exists, view.readlink)
     done = []
     for finding in findings:
         await sandbox.restore(finding.path)
         done.append({"path": finding.path, "reason": finding.reason,
                      "action": "restored to the environment's version or removed"})
     return done
+
+
+async def links_back(sandbox: Any, removed: list[str]) -> list[str]:
+    """Which of the `removed` links into a VERIFY_ONLY folder are back after the tests
+    ran: something the agent left running made them again while they did. Only those
+    paths are looked at, since test.sh itself may link into /tests (a fixture folder)."""
+    if not removed:
+        return []
+    view = SandboxReader(getattr(sandbox, "host_path", None))
+
+    def find() -> list[str]:
+        found = []
+        for path in removed:
+            if view.readlink(path) is None:
+                continue
+            leads = resolve_link(path, view.readlink)
+            if leads is None or _in_any(leads, VERIFY_ONLY):
+                found.append(path)
+        return found
+
+    return await asyncio.to_thread(find)

@@ -31,7 +31,7 @@ from sandlot.errors import (
 from sandlot.fsutil import copy_out, write_atomic, write_model
 from sandlot.healthcheck import wait_healthy
 from sandlot.hostguard import remove_tree
-from sandlot.integrity import neutralize_planted_hooks
+from sandlot.integrity import LINK_INTO_VERIFIER, links_back, neutralize_planted_hooks
 from sandlot.live import TrialLive
 from sandlot.models import ErrorInfo, Integrity, TrialResult, utc_now
 from sandlot.redact import redact_text, redact_tree
@@ -464,6 +464,13 @@ class _Trial:
                         sandbox, self.task, self.plan.dir / "verifier",
                         self.task.config.verifier.timeout_sec * self.mult,
                         logs_max_bytes=max(0, self.copy_budget))
+                    back = await links_back(sandbox, [
+                        n["path"] for n in result.integrity.neutralized
+                        if n["reason"].startswith(LINK_INTO_VERIFIER)])
+                    if back:
+                        self._fail_closed("links into the verifier's own folders were "
+                                          "made again while the tests ran", back)
+                        return
                 except Unverifiable as exc:
                     self._fail_closed(exc.reason, [exc.path])
                     return

@@ -266,3 +266,51 @@ def test_planted_hook_never_runs_in_the_verifier(hook_job, name, record):
     if landed is not None:
         # What the verifier would have run is visible in result.json.
         assert landed in neutralized, (landed, neutralized)
+
+
+# -- links from the agent's files into the verifier's own folders ------------------------------
+
+#: The task's own answer sits in /tests, which test.sh alone sees: a link to it from the
+#: agent's answer file would hand the tests their own answer (read in test.sh's view).
+EXPECTED_PY = ("def test_answer():\n    assert open('/app/answer.txt').read().strip() == "
+               "open('/tests/expected.txt').read().strip()\n")
+#: name -> the attack (run by the agent); each leaves /app/answer.txt leading to /tests.
+LINKS: dict[str, str] = {
+    "absolute": "ln -s /tests/expected.txt /app/answer.txt\n",
+    "relative": "ln -s ../tests/expected.txt /app/answer.txt\n",
+    "chain": "ln -s /app/.mid /app/answer.txt\nln -s /tests/expected.txt /app/.mid\n",
+    "proc-root": "ln -s /proc/self/root/tests/expected.txt /app/answer.txt\n",
+    "folder": "ln -s /tests /app/.t\nln -s .t/expected.txt /app/answer.txt\n",
+    # Made again and again by a process the agent leaves running (removal is undone).
+    "daemon": ("nohup sh -c 'while :; do ln -sfn /tests/expected.txt /app/answer.txt; "
+               "sleep 0.05; done' >/dev/null 2>&1 &\nsleep 0.3\n"),
+}
+
+
+@pytest.fixture(scope="module")
+def link_job(cache_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("links")
+    for name, attack in LINKS.items():
+        write_task(root / "tasks", name, test_sh=PYTEST_SH,
+                   instruction="set -e\nmkdir -p /app\n" + attack,
+                   files={"tests/test_answer.py": EXPECTED_PY, "tests/expected.txt": "42\n"})
+    proc = run_sandlot(cache_dir, "run", str(root / "tasks"), "--agent", SHELL_AGENT,
+                       "-n", "3", "--jobs-dir", str(root / "jobs"), "--job-name", "links")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return root / "jobs" / "links"
+
+
+@pytest.mark.parametrize("name", sorted(LINKS))
+def test_a_link_into_the_tests_never_scores(link_job, name, record):
+    trial = link_job / f"{name}__1"
+    result = load(trial / "result.json")
+    assert result["agent_exit_code"] == 0 and result["error"] is None, (
+        result["error"], (trial / "trial.log").read_text(errors="replace")[-2000:])
+    blocked = result["reward"] == 0.0 and not result["passed"]
+    record.attempt(f"link {name}", blocked)
+    assert blocked, f"the {name} link read the tests' answer: reward {result['reward']}"
+    integrity = result["integrity"]
+    removed = {n["path"] for n in integrity["neutralized"]}
+    assert "/app/answer.txt" in removed, integrity
+    if name == "daemon":
+        assert integrity["status"] == "tampered" and integrity["paths"] == ["/app/answer.txt"]
