@@ -1,42 +1,59 @@
-"""Shield the verifier from hooks an agent planted for it (reward hacking).
+"""Shield the verifier's own machinery from what the agent changed (reward hacking).
 
-Before the scoring run, the trial lists what the agent changed outside its workdir and
-puts back the environment's own version of anything that would run inside the verifier
-instead of the agent's work: Python start-up hooks (sitecustomize.py, usercustomize.py,
-.pth files with code), pytest configuration above /tests (where pytest looks for its
-rootdir and conftest.py), and commands on PATH that shadow or replace the system's. What
-was neutralised is recorded in result.json; docs/security.md says what a task author must
-still guard (the workdir itself is the agent's work and is never touched).
+Shared mode runs the tests in the sandbox the agent leaves. Before they run, the trial
+lists what the agent changed outside its workdir and puts back the environment's own
+version of whatever the verifier's processes would load *without being asked*: judged
+against sandlot.machinery's answer from the pristine sandbox (the PATH folders where they
+really are; each interpreter's import path, site folders, standard library, and the
+modules it and its test runner load at start-up), plus the loader's and the package
+installers' configuration. What the tests run or import by name (a new command, a new
+package, an edited config, a vendored module) is the agent's work under test and stays.
+What was put back is recorded in result.json; docs/security.md states the guarantees
+and the limits; the separate verifier is the strong mode.
 """
 
 from __future__ import annotations
 
 import asyncio
+import fnmatch
 import os
 import posixpath
+import re
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from sandlot.errors import SandboxError
-from sandlot.sandbox.base import TracksChanges
+from sandlot.machinery import RUNNER_PACKAGES, Machinery
+from sandlot.sandbox.base import DEFAULT_PATH, TracksChanges
 from sandlot.sandbox.bounded_fs import CapExceeded, read_regular
 
-PY_HOOKS = frozenset({"sitecustomize.py", "usercustomize.py"})
+#: Module names Python's `site` imports at every start-up, from anywhere on its path.
+STARTUP_MODULES = re.compile(r"^(site|user)customize(\..*)?$")
 #: Files pytest reads from the ancestors of its arguments (/tests -> /).
 PYTEST_FILES = frozenset({"conftest.py", "pytest.ini", ".pytest.ini", "tox.ini", "setup.cfg",
                           "pyproject.toml"})
-PATH_DIRS = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
 TESTS_ANCESTORS = ("/", "/tests")
-#: Packages a verifier's pytest imports: a copy planted earlier on sys.path shadows them.
-TEST_RUNNER_PACKAGES = frozenset({"pytest", "_pytest", "pluggy", "py", "iniconfig",
-                                  "unittest", "coverage"})
-#: Files a shell reads at start-up (a `bash -l` test.sh would run what they say).
-SHELL_STARTUP = ("/etc/profile", "/etc/bash.bashrc", "/etc/environment", "/etc/bashrc",
-                 "/root/.bashrc", "/root/.profile", "/root/.bash_profile", "/root/.bash_login")
-GIT_CONFIGS = ("/etc/gitconfig", "/root/.gitconfig", "/root/.config/git/config")
-GIT_HOOK_KEYS = ("fsmonitor", "hookspath", "sshcommand", "askpass")
+#: The dynamic loader's configuration: what it loads into every process, and where from.
+LOADER_CONFIG = ("/etc/ld.so.preload", "/etc/ld.so.conf")
+LOADER_CONFIG_DIR = "/etc/ld.so.conf.d"
+LOADER_CACHE = "/etc/ld.so.cache"
+#: A shared library in a folder the loader searches by default (real paths: /lib is
+#: /usr/lib on a merged /usr).
+LOADER_LIBRARY = re.compile(
+    r"^/(usr/(local/)?)?lib(32|64|x32)?(/[^/]*-linux-gnu[^/]*)?/[^/]+\.so(\.[0-9.]+)?$")
+#: The system's table of which program a command name runs (update-alternatives).
+ALTERNATIVES = "/etc/alternatives"
+#: Package installers' configuration: where the verifier's own `pip install` gets code.
+INSTALLER_CONFIGS = ("/etc/pip.conf", "/etc/xdg/pip/pip.conf", "/etc/uv/uv.toml")
+INSTALLER_HOME_CONFIGS = ("/.pip/pip.conf", "/.config/pip/pip.conf", "/.config/uv/uv.toml")
+GIT_CONFIGS = ("/etc/gitconfig",)
+GIT_HOME_CONFIGS = ("/.gitconfig", "/.config/git/config")
+#: git settings that run a command (or read another file that may) on an ordinary call.
+GIT_HOOK_KEYS = ("fsmonitor", "hookspath", "sshcommand", "askpass", "include", "filter",
+                 "external", "textconv")
 #: The most of a changed file the hook check reads (a .pth, a git config).
 HOOK_FILE_MAX_BYTES = 1_000_000
 #: Folders only the verifier's own processes see (mounted for test.sh alone), and /proc,
@@ -47,12 +64,17 @@ VERIFY_ONLY = ("/tests", "/logs/verifier", "/proc")
 LINK_INTO_VERIFIER = "link into the verifier's own folders"
 #: Links followed resolving one path, as the kernel's own limit (ELOOP past it).
 MAX_LINKS = 40
+#: Without a measured machinery: where Python's standard library and site folders are.
+FALLBACK_STDLIB = re.compile(r"^/usr(/local)?/lib/python3(\.\d+)?/")
+SITE_MARKERS = ("/site-packages/", "/dist-packages/")
 
 
 @dataclass(frozen=True)
 class Finding:
     path: str
     reason: str
+    #: Matched by the task's `[verifier] trusted_paths`: reported, left as it is.
+    trusted: bool = False
 
 
 def _inside(path: str, folder: str) -> bool:
@@ -97,69 +119,176 @@ def _in_any(path: str, folders: tuple[str, ...]) -> bool:
 
 
 def find_planted_hooks(changes: list[Any], workdir: str, read_text: Any = None,
-                       exists: Any = None, readlink: Any = None) -> list[Finding]:
-    """Changes (sandlot.sandbox.changes.Change) that would run inside the verifier.
+                       exists: Any = None, readlink: Any = None,
+                       machinery: Machinery | None = None,
+                       trusted: tuple[str, ...] = (), is_dir: Any = None) -> list[Finding]:
+    """Changes (sandlot.sandbox.changes.Change) the verifier's machinery would load.
 
-    `read_text(path) -> str | None` lets .pth files be inspected (only those with an
-    `import` line execute code); without it every changed .pth outside the workdir counts.
-    `exists(path) -> bool | None` answers from the sandbox's own file tree (its image or
-    layer, not the host's); a path it cannot answer for counts as present (the safe side).
-    `readlink(path) -> str | None` (see resolve_link) lets links be followed: a changed
-    link that leads into a VERIFY_ONLY folder is found wherever it is, the workdir too.
+    `machinery` is the pristine sandbox's answer (sandlot.machinery); without one, the
+    static defaults (DEFAULT_PATH, Python's folders found by name). `read_text(path)`
+    lets a .pth or a git config be read (unreadable counts as a hook). `exists(path)`
+    answers from the sandbox's own tree; unknown counts as present (the safe side).
+    `readlink(path)` (see resolve_link) lets links be followed; `is_dir(path)` tells a
+    folder still there (an engine lists changed folders) from one replaced (unknown:
+    replaced). A finding whose path a
+    `trusted` pattern matches (fnmatch, or a folder above it) is marked, not dropped.
     """
+    machinery = machinery or Machinery()
     found: list[Finding] = []
     changed = {c.path: c.kind for c in changes}
     for path, kind in changed.items():
-        if kind == "deleted":
-            continue
-        folder, name = posixpath.split(path)
-        if readlink is not None and readlink(path) is not None:
-            leads = resolve_link(path, readlink)
-            if leads is None or _in_any(leads, VERIFY_ONLY):
-                found.append(Finding(path, f"{LINK_INTO_VERIFIER} "
-                                           f"({leads or 'a loop of links'})"))
-                continue
-        if name in PY_HOOKS:  # even in the workdir: a .pth or PYTHONPATH can reach it
-            found.append(Finding(path, "Python start-up hook"))
-            continue
-        if _inside(path, workdir):
-            continue
-        site = _site_packages_part(path)
-        if path == "/etc/ld.so.preload":
-            found.append(Finding(path, "library preloaded into every process"))
-        elif path in SHELL_STARTUP or folder == "/etc/profile.d":
-            found.append(Finding(path, "shell start-up file"))
-        elif path in GIT_CONFIGS and _mentions(path, read_text, GIT_HOOK_KEYS):
-            found.append(Finding(path, "git configuration that runs commands"))
-        elif site is not None and site.split("/", 1)[0] in TEST_RUNNER_PACKAGES:
-            found.append(Finding(path, "test-runner package planted or edited"))
-        elif site is not None and name == "entry_points.txt" and _mentions(
-                path, read_text, ("[pytest11]",)):
-            found.append(Finding(path, "pytest plugin entry point"))
-        elif site is not None and kind == "modified":
-            found.append(Finding(path, "edited library file"))
-        elif name.endswith(".pth") and _adds_hook_folder(path, read_text):
-            found.append(Finding(path, "Python .pth file pointing at start-up hooks"))
-        elif name.endswith(".pth") and _executes(path, read_text):
-            found.append(Finding(path, "Python .pth file that runs code"))
-        elif name in PYTEST_FILES and folder in TESTS_ANCESTORS:
-            found.append(Finding(path, "pytest configuration above /tests"))
-        elif folder in PATH_DIRS:
-            later = PATH_DIRS[PATH_DIRS.index(folder) + 1:]
-            if kind == "modified":
-                found.append(Finding(path, "replaced a system command"))
-            elif any(changed.get(f"{d}/{name}") != "added" and _base_has(f"{d}/{name}", exists)
-                     for d in later):
-                found.append(Finding(path, "PATH shim shadowing a system command"))
+        reason = _judge(path, kind, changed, workdir, machinery, read_text, exists, readlink,
+                        is_dir)
+        if reason is not None:
+            found.append(Finding(path, reason, trusted=_trusted(path, trusted)))
     return sorted(found, key=lambda f: f.path)
 
 
-def _site_packages_part(path: str) -> str | None:
-    """The part of `path` after a site-packages or dist-packages folder, if any."""
-    for marker in ("/site-packages/", "/dist-packages/"):
-        if marker in path:
-            return path.split(marker, 1)[1]
+def _judge(path: str, kind: str, changed: dict[str, str], workdir: str,
+           machinery: Machinery, read_text: Any, exists: Any, readlink: Any,
+           is_dir: Any) -> str | None:
+    """Why the verifier would load `path` without being asked, or None."""
+    if kind != "deleted" and readlink is not None and readlink(path) is not None:
+        leads = resolve_link(path, readlink)
+        if leads is None or _in_any(leads, VERIFY_ONLY):
+            return f"{LINK_INTO_VERIFIER} ({leads or 'a loop of links'})"
+    # A start-up module in any form (file, package, compiled), even in the workdir: a
+    # .pth or an environment variable can put any folder on the import path.
+    if kind != "deleted" and any(STARTUP_MODULES.match(p) for p in path.split("/")):
+        return "Python start-up hook"
+    if _inside(path, workdir):
+        return None
+    folders = _machinery_folders(machinery)
+    if any(_inside(folder, path) for folder in folders) and (
+            kind == "deleted" or is_dir is None or not is_dir(path)):
+        return "a folder the verifier loads code from, replaced"
+    reason = _python_reason(path, kind, machinery, read_text)
+    if reason is None:
+        reason = _command_reason(path, kind, changed, machinery, exists)
+    if reason is None:
+        reason = _config_reason(path, kind, read_text)
+    return reason
+
+
+def _machinery_folders(machinery: Machinery) -> list[str]:
+    folders = [d for pair in _path_dirs(machinery) for d in pair]
+    for python in machinery.pythons:
+        folders += [*python.sys_path, *python.site_dirs, *python.stdlib_dirs]
+    return folders
+
+
+def _path_dirs(machinery: Machinery) -> tuple[tuple[str, str], ...]:
+    if machinery.path_dirs:
+        return machinery.path_dirs
+    return tuple((d, d) for d in DEFAULT_PATH.split(":"))
+
+
+def _python_reason(path: str, kind: str, machinery: Machinery, read_text: Any) -> str | None:
+    """A change on an interpreter's import path that it or its test runner loads."""
+    place = _python_place(path, machinery)
+    if place is None:
+        return None
+    where, rel, loaded = place
+    if where == "stdlib":
+        return "the interpreter's standard library"
+    name = posixpath.basename(rel)
+    if "/" not in rel and name.endswith(".pth"):
+        if kind != "deleted" and _executes(path, read_text):
+            return "Python .pth file that runs code at every start-up"
+        return None
+    parts = rel.split("/")
+    if (kind != "deleted" and name == "entry_points.txt" and len(parts) == 2
+            and parts[0].endswith((".dist-info", ".egg-info"))
+            and _mentions(path, read_text, ("[pytest11]",))):
+        return "pytest plugin entry point (loaded by every pytest run)"
+    top = _top_module(rel)
+    if top in loaded:
+        return f"part of the verifier's machinery (module {top})"
     return None
+
+
+def _python_place(path: str, machinery: Machinery,
+                  ) -> tuple[str, str, frozenset[str]] | None:
+    """(stdlib or site, the path inside that folder, the machinery's modules) for the
+    innermost import-path folder of any interpreter that holds `path`."""
+    best: tuple[int, str, str, frozenset[str]] | None = None
+    for python in machinery.pythons:
+        loaded = python.loaded | RUNNER_PACKAGES
+        for folder in {*python.sys_path, *python.site_dirs}:
+            if path.startswith(folder.rstrip("/") + "/") and (
+                    best is None or len(folder) > best[0]):
+                stdlib = folder not in python.site_dirs and any(
+                    _inside(folder, s) for s in python.stdlib_dirs)
+                best = (len(folder), "stdlib" if stdlib else "site",
+                        path[len(folder.rstrip("/")) + 1:], loaded)
+    if best is not None:
+        return best[1], best[2], best[3]
+    if machinery.pythons:
+        return None
+    for marker in SITE_MARKERS:  # not measured: the folders found by their names
+        if marker in path:
+            return "site", path.split(marker, 1)[1], RUNNER_PACKAGES
+    if FALLBACK_STDLIB.match(path):
+        return "stdlib", "", RUNNER_PACKAGES
+    return None
+
+
+def _top_module(rel: str) -> str:
+    """The top-level module a file on the import path belongs to: `pytest/x.py`,
+    `pytest.py`, `__pycache__/pytest.cpython-311.pyc` and `pytest.so` are all pytest."""
+    parts = rel.split("/")
+    first = parts[1] if parts[0] == "__pycache__" and len(parts) > 1 else parts[0]
+    return first.split(".", 1)[0]
+
+
+def _command_reason(path: str, kind: str, changed: dict[str, str], machinery: Machinery,
+                    exists: Any) -> str | None:
+    """A command the verifier finds on PATH, replaced or shadowed; the loader's
+    configuration and libraries; an alternatives link."""
+    folder, name = posixpath.split(path)
+    real_dirs: list[str] = []
+    for _, real in _path_dirs(machinery):
+        if real not in real_dirs:
+            real_dirs.append(real)
+    if folder in real_dirs:
+        if kind != "added":
+            return "replaced a system command"
+        later = real_dirs[real_dirs.index(folder) + 1:]
+        if any(changed.get(f"{d}/{name}") != "added" and _base_has(f"{d}/{name}", exists)
+               for d in later):
+            return "PATH shim shadowing a system command"
+        return None
+    if folder == ALTERNATIVES and kind != "added":
+        return "alternatives link of a system command, replaced"
+    if path in LOADER_CONFIG or folder == LOADER_CONFIG_DIR:
+        return "dynamic loader configuration (what every process loads)"
+    if path == LOADER_CACHE and kind != "added":
+        return "dynamic loader cache"
+    if kind != "added" and LOADER_LIBRARY.match(path):
+        return "a library the loader loads without being asked, replaced"
+    return None
+
+
+def _config_reason(path: str, kind: str, read_text: Any) -> str | None:
+    """Configuration the verifier's tools read without being asked."""
+    folder, name = posixpath.split(path)
+    if path in INSTALLER_CONFIGS or path.endswith(INSTALLER_HOME_CONFIGS):
+        return "package installer configuration (where the verifier's installs come from)"
+    if kind != "deleted" and (path in GIT_CONFIGS or path.endswith(GIT_HOME_CONFIGS)) and \
+            _mentions(path, read_text, GIT_HOOK_KEYS):
+        return "git configuration that runs commands"
+    if name in PYTEST_FILES and folder in TESTS_ANCESTORS:
+        return "pytest configuration above /tests"
+    return None
+
+
+def _trusted(path: str, patterns: tuple[str, ...]) -> bool:
+    here = path
+    while here not in ("", "/"):
+        if any(fnmatch.fnmatchcase(here, p.rstrip("/")) for p in patterns):
+            return True
+        here = posixpath.dirname(here)
+    return False
 
 
 def _mentions(path: str, read_text: Any, words: tuple[str, ...]) -> bool:
@@ -168,21 +297,6 @@ def _mentions(path: str, read_text: Any, words: tuple[str, ...]) -> bool:
         return True
     lowered = text.lower()
     return any(word.lower() in lowered for word in words)
-
-
-def _adds_hook_folder(path: str, read_text: Any) -> bool:
-    """A path-only .pth (editable installs use them) that puts a folder holding a
-    sitecustomize.py/usercustomize.py on sys.path."""
-    text = read_text(path) if read_text is not None else None
-    if not text:
-        return False
-    for line in text.splitlines():
-        folder = line.strip()
-        if not folder.startswith("/") or folder.startswith("#"):
-            continue
-        if any(read_text(f"{folder.rstrip('/')}/{hook}") is not None for hook in PY_HOOKS):
-            return True
-    return False
 
 
 def _executes(path: str, read_text: Any) -> bool:
@@ -231,20 +345,32 @@ class SandboxReader:
             return None
         return os.path.lexists(where)  # the last link not followed: it may lead out
 
+    def is_dir(self, path: str) -> bool:
+        """A real folder at `path` (a link to one is not)."""
+        if self.host_path is None:
+            return False
+        try:  # host_path resolves the folders on the way inside the sandbox
+            return stat.S_ISDIR(os.lstat(self.host_path(path)).st_mode)
+        except (OSError, SandboxError):
+            return False
+
     def readlink(self, path: str) -> str | None:
         # Callers pass paths whose folders are resolved (no link on the way), so this
         # reads the sandbox's own entry; a /proc path is never asked for (VERIFY_ONLY).
         if self.host_path is None:
             return None
         try:
-            return os.readlink(Path(self.host_path("/")) / path.lstrip("/"))
+            return os.readlink(self.host_path(path))
         except (OSError, SandboxError):  # not a link, missing, or no view
             return None
 
 
-async def neutralize_planted_hooks(sandbox: Any, workdir: str) -> list[dict[str, str]]:
-    """Find and undo planted hooks in `sandbox`; returns what was done (for result.json).
-    A backend that cannot tell what changed (no TracksChanges) has nothing found."""
+async def neutralize_planted_hooks(sandbox: Any, workdir: str,
+                                   machinery: Machinery | None = None,
+                                   trusted: tuple[str, ...] = ()) -> list[dict[str, str]]:
+    """Find and undo planted hooks in `sandbox`; returns what was found (for result.json):
+    each put back, or kept where the task trusts its path. A backend that cannot tell
+    what changed (no TracksChanges) has nothing found."""
     if not isinstance(sandbox, TracksChanges):
         return []
     changes = await sandbox.changes()
@@ -252,10 +378,15 @@ async def neutralize_planted_hooks(sandbox: Any, workdir: str) -> list[dict[str,
         return []
     view = SandboxReader(getattr(sandbox, "host_path", None))
     # Off the event loop: the reads are the agent's files (bounded, but disk-bound).
-    findings = await asyncio.to_thread(find_planted_hooks, changes, workdir, view.read_text,
-                                       view.exists, view.readlink)
+    findings = await asyncio.to_thread(
+        find_planted_hooks, changes, workdir, view.read_text, view.exists, view.readlink,
+        machinery, trusted, view.is_dir)
     done = []
     for finding in findings:
+        if finding.trusted:
+            done.append({"path": finding.path, "reason": finding.reason,
+                         "action": "kept: the task trusts it ([verifier] trusted_paths)"})
+            continue
         await sandbox.restore(finding.path)
         done.append({"path": finding.path, "reason": finding.reason,
                      "action": "restored to the environment's version or removed"})

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import time
 import traceback
 from collections.abc import Iterator
@@ -33,6 +34,7 @@ from sandlot.healthcheck import wait_healthy
 from sandlot.hostguard import remove_tree
 from sandlot.integrity import LINK_INTO_VERIFIER, links_back, neutralize_planted_hooks
 from sandlot.live import TrialLive
+from sandlot.machinery import Machinery, probe_machinery
 from sandlot.models import ErrorInfo, Integrity, TrialResult, utc_now
 from sandlot.redact import redact_text, redact_tree
 from sandlot.repair import (
@@ -215,6 +217,8 @@ class _Trial:
         if not self.task.problems:
             self.result.verifier_mode = verifier_mode(self.task, settings.verifier_mode)
         self.separate: SeparateVerifier | None = None
+        #: The pristine sandbox's machinery (shared mode); unmeasured until probed.
+        self.machinery = Machinery()
         if self.result.verifier_mode == "separate":
             self.separate = SeparateVerifier(verifier, self._open_verifier_sandbox,
                                              lambda sandbox: _stop_shielded(sandbox, self.clock))
@@ -247,6 +251,8 @@ class _Trial:
             sandbox = await self._prepare()
             with _sandbox_failures("setup"):
                 await self._start_services(sandbox)
+                if self.separate is None:  # the shared verifier's machinery, pristine
+                    await self._probe_machinery(sandbox)
             ctx = await self._set_up_agent(sandbox)
         with self.clock.phase("agent"):
             await self._run_agent(ctx)
@@ -494,12 +500,34 @@ class _Trial:
         result.verifier_exit_code = verdict.exit_code
         result.script_time_sec += verdict.duration_sec
 
+    async def _probe_machinery(self, sandbox: Sandbox) -> None:
+        """Where the verifier's machinery loads code, asked of the sandbox before the agent
+        touches it (sandlot.machinery), kept in machinery.json beside result.json."""
+        task = self.task
+        started = time.monotonic()
+        self.machinery = await probe_machinery(sandbox, dict(task.config.verifier.env),
+                                               task.verifier_user)
+        self.clock.log(f"verifier machinery probed in {time.monotonic() - started:.2f}s: "
+                       f"{len(self.machinery.pythons)} Python interpreter(s) on PATH")
+        for note in self.machinery.notes:
+            self.clock.log(note + "; the static defaults judge the agent's changes")
+        write_atomic(self.plan.dir / "machinery.json",
+                     json.dumps(self.machinery.as_dict(), indent=1) + "\n")
+
     async def _neutralize(self, sandbox: Sandbox) -> None:
-        """Hooks the agent planted for the verifier's machinery put back (shared mode)."""
-        neutralized = await neutralize_planted_hooks(sandbox, self.task.workdir)
-        if neutralized:
-            self.result.integrity = Integrity(status="neutralized", neutralized=neutralized)
-            self.clock.log(f"neutralized {len(neutralized)} planted hook(s) before "
+        """What the agent changed that the verifier's machinery would load without being
+        asked, put back (shared mode)."""
+        found = await neutralize_planted_hooks(
+            sandbox, self.task.workdir, self.machinery,
+            tuple(self.task.config.verifier.trusted_paths))
+        restored = [f for f in found if not f["action"].startswith("kept")]
+        for kept in (f for f in found if f["action"].startswith("kept")):
+            self.clock.log(f"kept {kept['path']} ({kept['reason']}): the task trusts it")
+        if found:
+            self.result.integrity = Integrity(
+                status="neutralized" if restored else "clean", neutralized=found)
+        if restored:
+            self.clock.log(f"neutralized {len(restored)} planted hook(s) before "
                            "verification")
 
     async def _attribute_verifier_fault(self, exc: TrialError) -> None:

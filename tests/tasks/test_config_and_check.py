@@ -632,3 +632,12 @@ def test_artifacts_are_a_warning_not_ignored_silently(make_task) -> None:
     problems = check_task(make_task("art", task_toml='artifacts = ["/app/out"]\n'))
     [warning] = [p for p in problems if p.file == "task.toml"]
     assert warning.severity == "warning" and "not collected" in warning.message
+
+
+def test_trusted_paths_must_be_absolute(make_task) -> None:
+    ok = make_task("trusting", task_toml='[verifier]\ntrusted_paths = ["/usr/lib/x*"]\n')
+    assert errors(check_task(ok)) == []
+    assert load_task(ok).config.verifier.trusted_paths == ["/usr/lib/x*"]
+    [problem] = errors(check_task(make_task("relative", task_toml=(
+        '[verifier]\ntrusted_paths = ["usr/lib/x*"]\n'))))
+    assert problem.field.startswith("verifier.trusted_paths"), problem

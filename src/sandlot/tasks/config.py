@@ -158,6 +158,10 @@ class VerifierSection(_Section):
     allowed_hosts: list[str] | None = None
     environment_mode: Literal["shared", "separate"] | None = None
     environment: EnvironmentSection | None = None
+    #: sandlot's own: paths (fnmatch patterns, or folders) the agent may change that the
+    #: verifier loads without being asked (a pytest plugin the task asked for): kept in
+    #: shared mode instead of put back.
+    trusted_paths: list[Annotated[str, Field(pattern=r"^/")]] = Field(default_factory=list)
     collect: list[VerifierCollectSection] = Field(default_factory=list)
 
 
