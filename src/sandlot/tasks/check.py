@@ -11,11 +11,13 @@ from typing import Literal
 
 from pydantic import ValidationError
 
+from sandlot.errors import TaskLoadError
 from sandlot.tasks.config import TaskConfig, unknown_keys
 from sandlot.tasks.dockerfile import USE_CONTAINER, CopyStep, parse_dockerfile
 from sandlot.tasks.naming import task_name
 from sandlot.tasks.support import unsupported
 from sandlot.tasks.templates import missing_variables
+from sandlot.tasks.trust import untrusted_reads
 
 #: Backends that build the task's image themselves: compose files and every Dockerfile
 #: feature are theirs to honour (the engine reports what it cannot build).
@@ -273,11 +275,13 @@ def _glob_inside(env_root: Path, pattern: str) -> bool:
         return False
 
 
-def check_task(path: Path, *, need_solution: bool = True, sandbox: str = "local") -> list[Problem]:
+def check_task(path: Path, *, need_solution: bool = True, sandbox: str = "local",
+               trust: bool = False) -> list[Problem]:
     """Every problem of one task folder; an empty list means it can run on `sandbox`.
 
     The local sandbox refuses docker-compose tasks and the Dockerfile features it cannot
-    replay; a container backend (--sandbox docker) accepts them.
+    replay; a container backend (--sandbox docker) accepts them. `trust` adds warnings
+    for what tests/test.sh reads that the agent can write (`sandlot tasks check`).
     """
     task = task_name(path)
     toml_path = path / "task.toml"
@@ -306,12 +310,27 @@ def check_task(path: Path, *, need_solution: bool = True, sandbox: str = "local"
                                 "error" if need_solution else "warning"))
     problems.extend(_check_dockerfile(task, path / "environment", sandbox,
                                       _prebuilt_image(path / "task.toml")))
+    if trust and test_sh.is_file() and not any(p.severity == "error" for p in problems):
+        problems.extend(_check_trust(task, path, test_sh, sandbox))
     return problems
 
 
+def _check_trust(task: str, path: Path, test_sh: Path, sandbox: str) -> list[Problem]:
+    """What test.sh reads that the agent can write, as warnings (sandlot.tasks.trust)."""
+    from sandlot.tasks.loader import load_task
+
+    try:
+        workdir = load_task(path, need_solution=False, sandbox=sandbox).workdir
+        text = _read_utf8(test_sh)
+    except (TaskLoadError, UnicodeDecodeError, OSError):
+        return []
+    return [Problem(task, "tests/test.sh", f"{u.what} (line {u.line})", u.message, u.fix,
+                    "warning") for u in untrusted_reads(text, workdir)]
+
+
 def check_tasks(paths: list[Path], *, need_solution: bool = True,
-                sandbox: str = "local") -> list[Problem]:
+                sandbox: str = "local", trust: bool = False) -> list[Problem]:
     out: list[Problem] = []
     for p in paths:
-        out.extend(check_task(p, need_solution=need_solution, sandbox=sandbox))
+        out.extend(check_task(p, need_solution=need_solution, sandbox=sandbox, trust=trust))
     return out
