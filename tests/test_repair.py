@@ -132,3 +132,28 @@ def test_repairs_run_the_agent_and_the_verifier_as_the_users_the_task_names(run_
     result = json.loads((tmp_path / "jobs" / "r" / "answer__1" / "result.json").read_text())
     assert result["passed"] and result["repaired"], result
     assert result["attempts"][0]["evaluation"]["reward"] == 0.0
+
+
+def test_repairs_with_a_separate_verifier(run_cli, make_task, tmp_path):
+    """Each feedback run and the final run score a fresh sandbox holding the agent's
+    outputs: what one run of the tests leaves never reaches the agent or the next run."""
+    make_task("answer", files={"tests/check.py": CHECK_PY}, test_sh="""
+        if [ -e /app/.tests-were-here ]; then touch /logs/verifier/leaked; fi
+        touch /app/.tests-were-here
+        if python3 /tests/check.py; then echo 1 > /logs/verifier/reward.txt
+        else echo 0 > /logs/verifier/reward.txt; fi
+    """)
+    proc = _run(run_cli, tmp_path, "--repair-attempts", "2", *SEPARATE)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    trial = tmp_path / "jobs" / "r" / "answer__1"
+    result = json.loads((trial / "result.json").read_text())
+    assert result["verifier_mode"] == "separate" and result["error"] is None, result["error"]
+    assert result["passed"] and result["repaired"] and result["counted_attempt"] == 2
+    assert "AssertionError" in result["attempts"][1]["feedback"]
+    assert (trial / "verifier" / "logs" / "reward.txt").is_file()
+    assert not (trial / "verifier" / "logs" / "leaked").exists()
+    assert ".tests-were-here" not in (trial / "agent" / "workspace.diff").read_text()
+
+
+#: The flag the separate-verifier repair test runs with.
+SEPARATE = ("--verifier-mode", "separate")
