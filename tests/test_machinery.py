@@ -147,3 +147,14 @@ def test_without_a_measured_machinery_the_folders_are_found_by_name() -> None:
                    machinery=Machinery())
     assert set(found) == {f"{SITE}/pytest/__main__.py", f"{STDLIB}/argparse.py",
                           "/usr/local/bin/python3"}
+
+
+def test_installer_caches_are_put_back_whole() -> None:
+    found = judged(("/root/.cache/uv/archive-v0/abc/pytest/__init__.py", "added"),
+                   ("/root/.cache/uv/wheels-v5/pypi/pytest/8.4.1.http", "added"),
+                   ("/home/tester/.cache/pip/http-v2/a/b/c", "added"),
+                   ("/root/.local/share/uv/python/cpython-3.13/bin/python3", "added"),
+                   ("/root/.local/share/uv/tools/pytest/bin/pytest", "modified"),
+                   ("/root/.cache/other-tool/state", "added"))
+    assert set(found) == {"/root/.cache/uv", "/home/tester/.cache/pip",
+                          "/root/.local/share/uv/python", "/root/.local/share/uv/tools"}

@@ -49,6 +49,12 @@ ALTERNATIVES = "/etc/alternatives"
 #: Package installers' configuration: where the verifier's own `pip install` gets code.
 INSTALLER_CONFIGS = ("/etc/pip.conf", "/etc/xdg/pip/pip.conf", "/etc/uv/uv.toml")
 INSTALLER_HOME_CONFIGS = ("/.pip/pip.conf", "/.config/pip/pip.conf", "/.config/uv/uv.toml")
+#: What package installers reuse without checking it again, in any home: their caches
+#: (a planted wheel or unpacked archive is taken as the one the index names), uv's own
+#: Pythons and tool environments (`uvx -p 3.13 pytest` runs what it finds there). Put
+#: back whole: the folder is the unit, its files are the installer's business.
+INSTALLER_STATE = ("/.cache/pip", "/.cache/uv", "/.local/share/uv/python",
+                   "/.local/share/uv/tools")
 GIT_CONFIGS = ("/etc/gitconfig",)
 GIT_HOME_CONFIGS = ("/.gitconfig", "/.config/git/config")
 #: git settings that run a command (or read another file that may) on an ordinary call.
@@ -134,14 +140,27 @@ def find_planted_hooks(changes: list[Any], workdir: str, read_text: Any = None,
     `trusted` pattern matches (fnmatch, or a folder above it) is marked, not dropped.
     """
     machinery = machinery or Machinery()
-    found: list[Finding] = []
+    found: dict[str, Finding] = {}
     changed = {c.path: c.kind for c in changes}
     for path, kind in changed.items():
-        reason = _judge(path, kind, changed, workdir, machinery, read_text, exists, readlink,
-                        is_dir)
-        if reason is not None:
-            found.append(Finding(path, reason, trusted=_trusted(path, trusted)))
-    return sorted(found, key=lambda f: f.path)
+        state = _installer_state(path)
+        if state is not None:  # the installer's folder, put back whole
+            path, reason = state, "package installer cache or managed install"
+        else:
+            reason = _judge(path, kind, changed, workdir, machinery, read_text, exists,
+                            readlink, is_dir)
+        if reason is not None and path not in found:
+            found[path] = Finding(path, reason, trusted=_trusted(path, trusted))
+    return sorted(found.values(), key=lambda f: f.path)
+
+
+def _installer_state(path: str) -> str | None:
+    """The INSTALLER_STATE folder that holds `path`, if any."""
+    for marker in INSTALLER_STATE:
+        at = path.find(marker + "/")
+        if at >= 0:
+            return path[:at + len(marker)]
+    return None
 
 
 def _judge(path: str, kind: str, changed: dict[str, str], workdir: str,

@@ -8,7 +8,9 @@ hook that runs during verification would turn the reward into 1.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import secrets
 import shutil
 from pathlib import Path
 
@@ -254,6 +256,10 @@ HOOKS: dict[str, tuple[str, str, str | None, str | None]] = {
         "mkdir -p /app/.bin\nprintf '#!/bin/sh\\necho 1 > /logs/verifier/reward.txt\\n' "
         "> /app/.bin/bash\nchmod +x /app/.bin/bash\nrm -rf /usr/local/sbin\n"
         "ln -s /app/.bin /usr/local/sbin\n", PYTEST_SH, "/usr/local/sbin", None),
+    # A wheel waiting in pip's cache for the verifier's own `pip install pytest`.
+    "installer-cache": ("d=/root/.cache/pip/wheels/ab/cd; mkdir -p $d\n"
+                        "echo planted > $d/pytest-99.0-py3-none-any.whl\n", PYTEST_SH,
+                        "/root/.cache/pip", None),
     "gitconfig-fsmonitor": (
         "git init -q /app\n"
         "git config --system core.fsmonitor 'echo 1 > /logs/verifier/reward.txt; true'\n",
@@ -355,3 +361,34 @@ def test_a_link_into_the_tests_never_scores(link_job, name, record):
     assert "/app/answer.txt" in removed, integrity
     if name == "daemon":
         assert integrity["status"] == "tampered" and integrity["paths"] == ["/app/answer.txt"]
+
+
+def test_a_folder_put_back_in_a_hidden_host_folder_is_emptied_not_copied_from_the_host(
+        cache_dir: Path, tmp_path: Path):
+    """/root is hidden from a sandbox on the host's root: its pristine state there is the
+    empty mask, so putting back the agent's pip cache removes it, never copying in the
+    host's own /root/.cache/pip."""
+    token = secrets.token_hex(4)
+    made = [p for p in (Path("/root/.cache"), Path("/root/.cache/pip")) if not p.exists()]
+    host = Path("/root/.cache/pip") / f"sandlot-test-{token}"
+    host.mkdir(parents=True)
+    (host / "secret.txt").write_text("host secret\n")
+    try:
+        sandbox_file = f"{host}/secret.txt"
+        write_task(tmp_path / "tasks", "cache", instruction=(
+            f"set -e\nmkdir -p {host}\necho mine > {sandbox_file}\n"),
+            test_sh=(f"if grep -q 'host secret' {sandbox_file}; then "
+                     "echo 1 > /logs/verifier/reward.txt; "
+                     "else echo 0 > /logs/verifier/reward.txt; fi\n"))
+        proc = run_sandlot(cache_dir, "run", str(tmp_path / "tasks"), "--agent", SHELL_AGENT,
+                           "--jobs-dir", str(tmp_path / "jobs"), "--job-name", "c")
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        result = load(tmp_path / "jobs" / "c" / "cache__1" / "result.json")
+        assert result["error"] is None and result["agent_exit_code"] == 0, result
+        assert "/root/.cache/pip" in {n["path"] for n in result["integrity"]["neutralized"]}
+        assert result["reward"] == 0.0, "the host's pip cache was copied into the sandbox"
+    finally:
+        shutil.rmtree(host, ignore_errors=True)
+        for folder in reversed(made):  # only what this test made, and only if empty
+            with contextlib.suppress(OSError):
+                folder.rmdir()

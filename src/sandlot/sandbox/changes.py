@@ -36,7 +36,8 @@ def _is_whiteout(st: os.stat_result) -> bool:
 
 
 def walk_upper(upper: Path, bases: list[Path], ignore: set[str],
-               limits: WalkLimits = DEFAULT_WALK_LIMITS) -> list[Change]:
+               limits: WalkLimits = DEFAULT_WALK_LIMITS,
+               hidden: set[str] | frozenset[str] = frozenset()) -> list[Change]:
     """Files (not folders) in `upper`, classified against the lower `bases` (first wins),
     sorted. The upper folder is the agent's: it is walked by bounded_fs (no link
     followed, no recursion), and past its limits CapExceeded says the change set is not
@@ -50,6 +51,13 @@ def walk_upper(upper: Path, bases: list[Path], ignore: set[str],
         if _is_whiteout(entry.stat):
             out.append(Change(entry.path, "deleted"))
         else:
-            existed = any(exists_inside(base, entry.path) for base in bases)
+            # Inside a folder the sandbox hides, the bases' (the host's) files were never
+            # there: all of it is the trial's own.
+            existed = not _below(entry.path, hidden) and any(
+                exists_inside(base, entry.path) for base in bases)
             out.append(Change(entry.path, "modified" if existed else "added"))
     return sorted(out, key=lambda c: c.path)
+
+
+def _below(path: str, folders: set[str] | frozenset[str]) -> bool:
+    return any(path == f or path.startswith(f.rstrip("/") + "/") for f in folders)

@@ -450,6 +450,9 @@ class LocalSandbox:
         hide = [p for p in hide if p != Path("/") and not in_layer(p)]
         hide_files = [p for p in hide_files if not in_layer(p)]
         self._setup_paths = {str(p) for p in hide} | {str(p) for p in hide_files}
+        #: Where the environment holds nothing a trial could restore from the bases:
+        #: host paths this sandbox hides, and paths its image removed.
+        self._hidden_paths = set(self._setup_paths) | set(self.spec.removed_paths)
         self._layer = layer
         script = ""
         if self.spec.storage_mb and not self._keep_upper:
@@ -1244,10 +1247,20 @@ class LocalSandbox:
         layer = getattr(self, "_layer", None)
         return [layer, Path("/")] if layer is not None else [Path("/")]
 
+    def _bases_of(self, path: str) -> list[Path]:
+        """The environment trees that may hold `path` before the trial: none inside a
+        host folder this sandbox hides (its pristine state there is the empty mask, and
+        the host's files must never be copied or diffed in)."""
+        hidden = getattr(self, "_hidden_paths", set())
+        if any(path == h or path.startswith(h.rstrip("/") + "/") for h in hidden):
+            return []
+        return self._bases()
+
     @override
     async def changes(self) -> list[Change]:
         ignore = set(getattr(self, "_setup_paths", set())) | {"/etc/resolv.conf"}
-        return await asyncio.to_thread(walk_upper, self._upper, self._bases(), ignore)
+        return await asyncio.to_thread(walk_upper, self._upper, self._bases(), ignore,
+                                       hidden=set(getattr(self, "_hidden_paths", set())))
 
     async def diff(self, folder: str, max_files: int = 500,
                    max_bytes: int = 1_000_000) -> WorkspaceDiff:
@@ -1281,7 +1294,7 @@ class LocalSandbox:
                 out.append(note)
         size = 0
         for path in paths[:max_files]:
-            base = next((b for b in self._bases() if exists_inside(b, path)), None)
+            base = next((b for b in self._bases_of(path) if exists_inside(b, path)), None)
             try:
                 old_bytes = read_regular(base, path, max_bytes) if base is not None else None
                 new_bytes = read_regular(merged, path, max_bytes)
@@ -1310,7 +1323,7 @@ class LocalSandbox:
     async def restore(self, remote: str) -> None:
         """Copy the base's version over the trial's (through the merged view), or delete."""
         target = self.host_path(remote)
-        for base in self._bases():
+        for base in self._bases_of(remote):
             original = base / remote.lstrip("/")
             if os.path.lexists(original):
                 await asyncio.to_thread(self._copy, original, target)
