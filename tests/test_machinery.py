@@ -117,12 +117,17 @@ def test_the_loader_and_the_installers_configuration() -> None:
                    ("/usr/lib/x86_64-linux-gnu/libc.so.6", "modified"),
                    ("/usr/lib/x86_64-linux-gnu/libanswer.so.1", "added"),
                    ("/etc/pip.conf", "added"), ("/root/.config/uv/uv.toml", "added"),
+                   ("/opt/venv/pip.conf", "added"), ("/root/.npmrc", "modified"),
+                   ("/usr/etc/npmrc", "added"), ("/root/.cargo/config.toml", "added"),
+                   ("/app/.npmrc", "added"),  # the project's own: the agent's work
                    ("/etc/gitconfig", "modified"), ("/root/.gitconfig", "added"),
                    texts={"/etc/gitconfig": "[include]\n\tpath = /app/x\n",
                           "/root/.gitconfig": "[user]\n\tname = answerer\n"})
     assert set(found) == {"/etc/ld.so.preload", "/etc/ld.so.conf.d/x.conf",
                           "/etc/ld.so.cache", "/usr/lib/x86_64-linux-gnu/libc.so.6",
-                          "/etc/pip.conf", "/root/.config/uv/uv.toml", "/etc/gitconfig"}
+                          "/etc/pip.conf", "/root/.config/uv/uv.toml", "/etc/gitconfig",
+                          "/opt/venv/pip.conf", "/root/.npmrc", "/usr/etc/npmrc",
+                          "/root/.cargo/config.toml"}
 
 
 def test_what_the_tests_read_by_name_stays() -> None:

@@ -46,9 +46,12 @@ LOADER_LIBRARY = re.compile(
     r"^/(usr/(local/)?)?lib(32|64|x32)?(/[^/]*-linux-gnu[^/]*)?/[^/]+\.so(\.[0-9.]+)?$")
 #: The system's table of which program a command name runs (update-alternatives).
 ALTERNATIVES = "/etc/alternatives"
-#: Package installers' configuration: where the verifier's own `pip install` gets code.
-INSTALLER_CONFIGS = ("/etc/pip.conf", "/etc/xdg/pip/pip.conf", "/etc/uv/uv.toml")
-INSTALLER_HOME_CONFIGS = ("/.pip/pip.conf", "/.config/pip/pip.conf", "/.config/uv/uv.toml")
+#: Package installers' and runners' configuration, by name, wherever it is outside the
+#: workdir (system, any home, a venv's own pip.conf): where the verifier's own `pip
+#: install` gets code, which shell `npm test` runs scripts with, what wraps `rustc`.
+INSTALLER_CONFIG_NAMES = frozenset({"pip.conf", "pip.ini", "uv.toml", ".npmrc", "npmrc",
+                                    ".yarnrc", ".yarnrc.yml", ".condarc", ".pydistutils.cfg"})
+INSTALLER_CONFIG_SUFFIXES = ("/.cargo/config", "/.cargo/config.toml")
 #: What package installers reuse without checking it again, in any home: their caches
 #: (a planted wheel or unpacked archive is taken as the one the index names), uv's own
 #: Pythons and tool environments (`uvx -p 3.13 pytest` runs what it finds there). Put
@@ -291,7 +294,7 @@ def _command_reason(path: str, kind: str, changed: dict[str, str], machinery: Ma
 def _config_reason(path: str, kind: str, read_text: Any) -> str | None:
     """Configuration the verifier's tools read without being asked."""
     folder, name = posixpath.split(path)
-    if path in INSTALLER_CONFIGS or path.endswith(INSTALLER_HOME_CONFIGS):
+    if name in INSTALLER_CONFIG_NAMES or path.endswith(INSTALLER_CONFIG_SUFFIXES):
         return "package installer configuration (where the verifier's installs come from)"
     if kind != "deleted" and (path in GIT_CONFIGS or path.endswith(GIT_HOME_CONFIGS)) and \
             _mentions(path, read_text, GIT_HOOK_KEYS):

@@ -25,13 +25,16 @@ for d in $PATH; do
   [ -n "$d" ] && printf 'pathdir\t%s\t%s\n' "$d" "$(readlink -f -- "$d" 2>/dev/null)"
 done
 seen=:
+# Each interpreter gets 20 s: a plugin that hangs must not cost the whole probe.
+limited() { if command -v timeout >/dev/null 2>&1; then timeout 20 "$@"; else "$@"; fi; }
 for d in $PATH; do
   for exe in "$d"/python "$d"/python3 "$d"/python3.[0-9] "$d"/python3.[0-9][0-9]; do
     [ -f "$exe" ] && [ -x "$exe" ] || continue
     real=$(readlink -f -- "$exe") || continue
     case "$seen" in *":$real:"*) continue ;; esac
     seen="$seen$real:"
-    PYTHONDONTWRITEBYTECODE=1 "$exe" -B -c "$SANDLOT_PY_PROBE" "$real" </dev/null 2>/dev/null
+    PYTHONDONTWRITEBYTECODE=1 limited "$exe" -B -c "$SANDLOT_PY_PROBE" "$real" \
+      </dev/null 2>/dev/null
   done
 done
 exit 0

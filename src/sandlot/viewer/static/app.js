@@ -883,10 +883,18 @@ function integrityBoxes(r) {
       `: ${v.kind} on what the agent left, reward ${num(v.pristine_reward, 2)} on a pristine `
       + "sandbox; scored 0: ", longText(v.message || "", { lines: 6 })));
   }
-  if (i?.neutralized?.length) {
+  const kept = (n) => (n.action || "").startsWith("kept");
+  const undone = (i?.neutralized || []).filter((n) => !kept(n));
+  const trusted = (i?.neutralized || []).filter(kept);
+  if (undone.length) {
     boxes.push(h("div", { class: "note integrity" }, h("b", { text: "neutralized" }),
-      ": hooks the agent planted for the verifier, undone before scoring: ",
-      i.neutralized.map((n) => `${n.path} (${n.reason})`).join("; ")));
+      ": what the agent changed of the verifier's machinery, put back before scoring: ",
+      undone.map((n) => `${n.path} (${n.reason})`).join("; ")));
+  }
+  if (trusted.length) {
+    boxes.push(h("div", { class: "note integrity" }, h("b", { text: "trusted" }),
+      ": machinery the agent changed that the task trusts ([verifier] trusted_paths), kept: ",
+      trusted.map((n) => `${n.path} (${n.reason})`).join("; ")));
   }
   if (i?.caps_hit?.length) {
     boxes.push(h("div", { class: "note integrity" }, h("b", { text: "cut" }),
