@@ -29,6 +29,8 @@ from sandlot.errors import SandboxError
 from sandlot.machinery import RUNNER_PACKAGES, Machinery
 from sandlot.sandbox.base import DEFAULT_PATH, TracksChanges
 from sandlot.sandbox.bounded_fs import CapExceeded, read_regular
+from sandlot.sandbox.links import MAX_LINKS
+from sandlot.sandbox.links import resolve_link as follow_links
 
 #: Module names Python's `site` imports at every start-up, from anywhere on its path.
 STARTUP_MODULES = re.compile(r"^(site|user)customize(\..*)?$")
@@ -71,8 +73,6 @@ HOOK_FILE_MAX_BYTES = 1_000_000
 #: /tests/expected.txt` would hand the tests their own answer.
 VERIFY_ONLY = ("/tests", "/logs/verifier", "/proc")
 LINK_INTO_VERIFIER = "link into the verifier's own folders"
-#: Links followed resolving one path, as the kernel's own limit (ELOOP past it).
-MAX_LINKS = 40
 #: Without a measured machinery: where Python's standard library and site folders are.
 FALLBACK_STDLIB = re.compile(r"^/usr(/local)?/lib/python3(\.\d+)?/")
 SITE_MARKERS = ("/site-packages/", "/dist-packages/")
@@ -93,34 +93,9 @@ def _inside(path: str, folder: str) -> bool:
 
 def resolve_link(path: str, readlink: Callable[[str], str | None],
                  max_links: int = MAX_LINKS) -> str | None:
-    """Where `path` leads in the sandbox's tree, every link on the way (the last one too)
-    followed as the sandbox's kernel would. `readlink(p)` answers for a path whose folders
-    are already resolved: the link's text, or None for anything else (missing included:
-    the rest is then taken as written). Resolution stops at the first VERIFY_ONLY folder
-    it enters (nothing there is followed). None when the links do not end (a loop)."""
-    parts = [p for p in path.split("/") if p not in ("", ".")]
-    resolved: list[str] = []
-    links = 0
-    while parts:
-        part = parts.pop(0)
-        if part == "..":
-            if resolved:
-                resolved.pop()
-            continue
-        here = "/" + "/".join([*resolved, part])
-        if _in_any(here, VERIFY_ONLY):
-            return posixpath.normpath("/".join([here, *parts]))
-        target = readlink(here)
-        if target is None:
-            resolved.append(part)
-            continue
-        links += 1
-        if links > max_links:
-            return None
-        if target.startswith("/"):
-            resolved = []
-        parts = [p for p in target.split("/") if p not in ("", ".")] + parts
-    return "/" + "/".join(resolved)
+    """Where `path` leads, every link on the way (the last one too) followed, stopping at
+    the first VERIFY_ONLY folder it enters (sandlot.sandbox.links)."""
+    return follow_links(path, readlink, stop=VERIFY_ONLY, max_links=max_links)
 
 
 def _in_any(path: str, folders: tuple[str, ...]) -> bool:

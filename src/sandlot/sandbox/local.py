@@ -50,6 +50,7 @@ from sandlot.sandbox.base import (
 from sandlot.sandbox.bounded_fs import CapExceeded, exists_inside, read_regular, walk
 from sandlot.sandbox.cgroups import CgroupLimits
 from sandlot.sandbox.changes import Change, walk_upper
+from sandlot.sandbox.links import resolve_link
 from sandlot.sandbox.procutil import (
     CGROUP_JOIN_FAILED,
     CappedReader,
@@ -311,27 +312,15 @@ async def _feed(pipe: asyncio.StreamWriter | None, data: bytes | None) -> None:
 
 def resolve_inside(root: Path, path: str, max_links: int = 40) -> Path:
     """`root/path` with every symlink but the last component resolved as if `root` were /."""
-    parts = [p for p in path.split("/") if p not in ("", ".")]
-    resolved: list[str] = []
-    links = 0
-    while parts:
-        part = parts.pop(0)
-        if part == "..":
-            if resolved:
-                resolved.pop()
-            continue
-        candidate = root.joinpath(*resolved, part)
-        if parts and candidate.is_symlink():
-            links += 1
-            if links > max_links:
-                raise SandboxError(f"too many symlinks resolving {path} inside the sandbox")
-            target = os.readlink(candidate)
-            if target.startswith("/"):
-                resolved = []
-            parts = [p for p in target.split("/") if p not in ("", ".")] + parts
-            continue
-        resolved.append(part)
-    return root.joinpath(*resolved)
+
+    def readlink(inside: str) -> str | None:
+        candidate = root / inside.lstrip("/")
+        return os.readlink(candidate) if candidate.is_symlink() else None
+
+    resolved = resolve_link(path, readlink, follow_last=False, max_links=max_links)
+    if resolved is None:
+        raise SandboxError(f"too many symlinks resolving {path} inside the sandbox")
+    return root.joinpath(*[part for part in resolved.split("/") if part])
 
 
 class LocalProcess:
