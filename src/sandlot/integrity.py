@@ -27,7 +27,7 @@ from typing import Any
 
 from sandlot.errors import SandboxError
 from sandlot.machinery import RUNNER_PACKAGES, Machinery
-from sandlot.sandbox.base import DEFAULT_PATH, TracksChanges
+from sandlot.sandbox.base import TracksChanges
 from sandlot.sandbox.bounded_fs import CapExceeded, read_regular
 from sandlot.sandbox.links import MAX_LINKS
 from sandlot.sandbox.links import resolve_link as follow_links
@@ -73,6 +73,8 @@ HOOK_FILE_MAX_BYTES = 1_000_000
 #: /tests/expected.txt` would hand the tests their own answer.
 VERIFY_ONLY = ("/tests", "/logs/verifier", "/proc")
 LINK_INTO_VERIFIER = "link into the verifier's own folders"
+#: The action of a finding the task trusts: reported, left as it is.
+KEPT_TRUSTED = "kept: the task trusts it ([verifier] trusted_paths)"
 #: Without a measured machinery: where Python's standard library and site folders are.
 FALLBACK_STDLIB = re.compile(r"^/usr(/local)?/lib/python3(\.\d+)?/")
 SITE_MARKERS = ("/site-packages/", "/dist-packages/")
@@ -117,7 +119,7 @@ def find_planted_hooks(changes: list[Any], workdir: str, read_text: Any = None,
     replaced). A finding whose path a
     `trusted` pattern matches (fnmatch, or a folder above it) is marked, not dropped.
     """
-    machinery = machinery or Machinery()
+    folders = _Folders.of(machinery or Machinery())
     found: dict[str, Finding] = {}
     changed = {c.path: c.kind for c in changes}
     for path, kind in changed.items():
@@ -125,7 +127,7 @@ def find_planted_hooks(changes: list[Any], workdir: str, read_text: Any = None,
         if state is not None:  # the installer's folder, put back whole
             path, reason = state, "package installer cache or managed install"
         else:
-            reason = _judge(path, kind, changed, workdir, machinery, read_text, exists,
+            reason = _judge(path, kind, changed, workdir, folders, read_text, exists,
                             readlink, is_dir)
         if reason is not None and path not in found:
             found[path] = Finding(path, reason, trusted=_trusted(path, trusted))
@@ -141,48 +143,78 @@ def _installer_state(path: str) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class _Folders:
+    """The machinery's folders, worked out once per check (it runs for every change)."""
+
+    #: Every folder the verifier loads code from: PATH (as written and real), each
+    #: interpreter's import path, site folders and standard library.
+    loads_from: tuple[str, ...]
+    #: Where the PATH folders really are, in PATH order, each once.
+    path_dirs: tuple[str, ...]
+    #: (folder, standard library?, the machinery's modules) per import-path folder,
+    #: innermost first.
+    imports: tuple[tuple[str, bool, frozenset[str]], ...]
+    #: Whether any interpreter was measured (else Python's folders are found by name).
+    measured_python: bool
+
+    @classmethod
+    def of(cls, machinery: Machinery) -> _Folders:
+        loads_from = [d for pair in machinery.path_folders for d in pair]
+        imports: dict[str, tuple[bool, frozenset[str]]] = {}
+        for python in machinery.pythons:
+            loads_from += [*python.sys_path, *python.site_dirs, *python.stdlib_dirs]
+            loaded = python.loaded | RUNNER_PACKAGES
+            for folder in {*python.sys_path, *python.site_dirs}:
+                stdlib = folder not in python.site_dirs and _in_any(folder,
+                                                                    python.stdlib_dirs)
+                was_stdlib, was_loaded = imports.get(folder, (False, frozenset()))
+                imports[folder] = (stdlib or was_stdlib, loaded | was_loaded)
+        ordered = sorted(imports.items(), key=lambda item: -len(item[0]))
+        return cls(tuple(loads_from), tuple(machinery.resolved_path_dirs),
+                   tuple((f, stdlib, loaded) for f, (stdlib, loaded) in ordered),
+                   bool(machinery.pythons))
+
+
+def _leads_into_verifier(path: str, readlink: Callable[[str], str | None]) -> str | None:
+    """Where the link at `path` leads, if that is a VERIFY_ONLY folder (or nowhere: a
+    loop); None for anything else, a link that leads elsewhere included."""
+    if readlink(path) is None:
+        return None
+    leads = resolve_link(path, readlink)
+    if leads is None:
+        return "a loop of links"
+    return leads if _in_any(leads, VERIFY_ONLY) else None
+
+
 def _judge(path: str, kind: str, changed: dict[str, str], workdir: str,
-           machinery: Machinery, read_text: Any, exists: Any, readlink: Any,
+           folders: _Folders, read_text: Any, exists: Any, readlink: Any,
            is_dir: Any) -> str | None:
     """Why the verifier would load `path` without being asked, or None."""
-    if kind != "deleted" and readlink is not None and readlink(path) is not None:
-        leads = resolve_link(path, readlink)
-        if leads is None or _in_any(leads, VERIFY_ONLY):
-            return f"{LINK_INTO_VERIFIER} ({leads or 'a loop of links'})"
+    if kind != "deleted" and readlink is not None:
+        leads = _leads_into_verifier(path, readlink)
+        if leads is not None:
+            return f"{LINK_INTO_VERIFIER} ({leads})"
     # A start-up module in any form (file, package, compiled), even in the workdir: a
     # .pth or an environment variable can put any folder on the import path.
     if kind != "deleted" and any(STARTUP_MODULES.match(p) for p in path.split("/")):
         return "Python start-up hook"
     if _inside(path, workdir):
         return None
-    folders = _machinery_folders(machinery)
-    if any(_inside(folder, path) for folder in folders) and (
+    if any(_inside(folder, path) for folder in folders.loads_from) and (
             kind == "deleted" or is_dir is None or not is_dir(path)):
         return "a folder the verifier loads code from, replaced"
-    reason = _python_reason(path, kind, machinery, read_text)
+    reason = _python_reason(path, kind, folders, read_text)
     if reason is None:
-        reason = _command_reason(path, kind, changed, machinery, exists)
+        reason = _command_reason(path, kind, changed, folders, exists)
     if reason is None:
         reason = _config_reason(path, kind, read_text)
     return reason
 
 
-def _machinery_folders(machinery: Machinery) -> list[str]:
-    folders = [d for pair in _path_dirs(machinery) for d in pair]
-    for python in machinery.pythons:
-        folders += [*python.sys_path, *python.site_dirs, *python.stdlib_dirs]
-    return folders
-
-
-def _path_dirs(machinery: Machinery) -> tuple[tuple[str, str], ...]:
-    if machinery.path_dirs:
-        return machinery.path_dirs
-    return tuple((d, d) for d in DEFAULT_PATH.split(":"))
-
-
-def _python_reason(path: str, kind: str, machinery: Machinery, read_text: Any) -> str | None:
+def _python_reason(path: str, kind: str, folders: _Folders, read_text: Any) -> str | None:
     """A change on an interpreter's import path that it or its test runner loads."""
-    place = _python_place(path, machinery)
+    place = _python_place(path, folders)
     if place is None:
         return None
     where, rel, loaded = place
@@ -204,23 +236,15 @@ def _python_reason(path: str, kind: str, machinery: Machinery, read_text: Any) -
     return None
 
 
-def _python_place(path: str, machinery: Machinery,
+def _python_place(path: str, folders: _Folders,
                   ) -> tuple[str, str, frozenset[str]] | None:
     """(stdlib or site, the path inside that folder, the machinery's modules) for the
     innermost import-path folder of any interpreter that holds `path`."""
-    best: tuple[int, str, str, frozenset[str]] | None = None
-    for python in machinery.pythons:
-        loaded = python.loaded | RUNNER_PACKAGES
-        for folder in {*python.sys_path, *python.site_dirs}:
-            if path.startswith(folder.rstrip("/") + "/") and (
-                    best is None or len(folder) > best[0]):
-                stdlib = folder not in python.site_dirs and any(
-                    _inside(folder, s) for s in python.stdlib_dirs)
-                best = (len(folder), "stdlib" if stdlib else "site",
-                        path[len(folder.rstrip("/")) + 1:], loaded)
-    if best is not None:
-        return best[1], best[2], best[3]
-    if machinery.pythons:
+    for folder, stdlib, loaded in folders.imports:
+        if path.startswith(folder.rstrip("/") + "/"):
+            return ("stdlib" if stdlib else "site"), path[len(folder.rstrip("/")) + 1:], \
+                loaded
+    if folders.measured_python:
         return None
     for marker in SITE_MARKERS:  # not measured: the folders found by their names
         if marker in path:
@@ -238,15 +262,12 @@ def _top_module(rel: str) -> str:
     return first.split(".", 1)[0]
 
 
-def _command_reason(path: str, kind: str, changed: dict[str, str], machinery: Machinery,
+def _command_reason(path: str, kind: str, changed: dict[str, str], folders: _Folders,
                     exists: Any) -> str | None:
     """A command the verifier finds on PATH, replaced or shadowed; the loader's
     configuration and libraries; an alternatives link."""
     folder, name = posixpath.split(path)
-    real_dirs: list[str] = []
-    for _, real in _path_dirs(machinery):
-        if real not in real_dirs:
-            real_dirs.append(real)
+    real_dirs = folders.path_dirs
     if folder in real_dirs:
         if kind != "added":
             return "replaced a system command"
@@ -382,7 +403,7 @@ async def neutralize_planted_hooks(sandbox: Any, workdir: str,
     for finding in findings:
         if finding.trusted:
             done.append({"path": finding.path, "reason": finding.reason,
-                         "action": "kept: the task trusts it ([verifier] trusted_paths)"})
+                         "action": KEPT_TRUSTED})
             continue
         await sandbox.restore(finding.path)
         done.append({"path": finding.path, "reason": finding.reason,
@@ -399,13 +420,6 @@ async def links_back(sandbox: Any, removed: list[str]) -> list[str]:
     view = SandboxReader(getattr(sandbox, "host_path", None))
 
     def find() -> list[str]:
-        found = []
-        for path in removed:
-            if view.readlink(path) is None:
-                continue
-            leads = resolve_link(path, view.readlink)
-            if leads is None or _in_any(leads, VERIFY_ONLY):
-                found.append(path)
-        return found
+        return [p for p in removed if _leads_into_verifier(p, view.readlink) is not None]
 
     return await asyncio.to_thread(find)

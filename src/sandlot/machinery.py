@@ -16,7 +16,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from sandlot.sandbox.base import Sandbox
+from sandlot.sandbox.base import DEFAULT_PATH, Sandbox
 
 #: Run by `sh` in the pristine sandbox: tab-separated lines, one JSON object per Python.
 PROBE_SH = r"""
@@ -110,9 +110,15 @@ class Machinery:
     notes: list[str] = field(default_factory=list)
 
     @property
+    def path_folders(self) -> tuple[tuple[str, str], ...]:
+        """The PATH folders measured, else DEFAULT_PATH's taken as written."""
+        return self.path_dirs or tuple((d, d) for d in DEFAULT_PATH.split(":"))
+
+    @property
     def resolved_path_dirs(self) -> list[str]:
+        """Where the PATH folders really are, in PATH order, each once."""
         out: list[str] = []
-        for _, real in self.path_dirs:
+        for _, real in self.path_folders:
             if real not in out:
                 out.append(real)
         return out

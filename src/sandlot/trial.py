@@ -32,7 +32,12 @@ from sandlot.errors import (
 from sandlot.fsutil import copy_out, write_atomic, write_model
 from sandlot.healthcheck import wait_healthy
 from sandlot.hostguard import remove_tree
-from sandlot.integrity import LINK_INTO_VERIFIER, links_back, neutralize_planted_hooks
+from sandlot.integrity import (
+    KEPT_TRUSTED,
+    LINK_INTO_VERIFIER,
+    links_back,
+    neutralize_planted_hooks,
+)
 from sandlot.live import TrialLive
 from sandlot.machinery import Machinery, probe_machinery
 from sandlot.models import ErrorInfo, Integrity, TrialResult, utc_now
@@ -520,8 +525,8 @@ class _Trial:
         found = await neutralize_planted_hooks(
             sandbox, self.task.workdir, self.machinery,
             tuple(self.task.config.verifier.trusted_paths))
-        restored = [f for f in found if not f["action"].startswith("kept")]
-        for kept in (f for f in found if f["action"].startswith("kept")):
+        restored = [f for f in found if f["action"] != KEPT_TRUSTED]
+        for kept in (f for f in found if f["action"] == KEPT_TRUSTED):
             self.clock.log(f"kept {kept['path']} ({kept['reason']}): the task trusts it")
         if found:
             self.result.integrity = Integrity(

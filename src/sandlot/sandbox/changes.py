@@ -53,11 +53,12 @@ def walk_upper(upper: Path, bases: list[Path], ignore: set[str],
         else:
             # Inside a folder the sandbox hides, the bases' (the host's) files were never
             # there: all of it is the trial's own.
-            existed = not _below(entry.path, hidden) and any(
+            existed = not below_any(entry.path, hidden) and any(
                 exists_inside(base, entry.path) for base in bases)
             out.append(Change(entry.path, "modified" if existed else "added"))
     return sorted(out, key=lambda c: c.path)
 
 
-def _below(path: str, folders: set[str] | frozenset[str]) -> bool:
+def below_any(path: str, folders: set[str] | frozenset[str]) -> bool:
+    """Is `path` one of `folders` or inside one?"""
     return any(path == f or path.startswith(f.rstrip("/") + "/") for f in folders)

@@ -49,7 +49,7 @@ from sandlot.sandbox.base import (
 )
 from sandlot.sandbox.bounded_fs import CapExceeded, exists_inside, read_regular, walk
 from sandlot.sandbox.cgroups import CgroupLimits
-from sandlot.sandbox.changes import Change, walk_upper
+from sandlot.sandbox.changes import Change, below_any, walk_upper
 from sandlot.sandbox.links import resolve_link
 from sandlot.sandbox.procutil import (
     CGROUP_JOIN_FAILED,
@@ -1240,8 +1240,7 @@ class LocalSandbox:
         """The environment trees that may hold `path` before the trial: none inside a
         host folder this sandbox hides (its pristine state there is the empty mask, and
         the host's files must never be copied or diffed in)."""
-        hidden = getattr(self, "_hidden_paths", set())
-        if any(path == h or path.startswith(h.rstrip("/") + "/") for h in hidden):
+        if below_any(path, getattr(self, "_hidden_paths", set())):
             return []
         return self._bases()
 
