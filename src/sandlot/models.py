@@ -193,6 +193,9 @@ class TrialResult(BaseModel):
         default=None, description="What the sandbox's root was: `base` image (with `image` "
         "and its manifest `digest`), host (this machine's root) or host-fallback (the image "
         "could not be pulled: `reason`; `python`, the Python that ran for a python: image).")
+    network: dict[str, object] | None = Field(
+        default=None, description="Each phase's network: mode, where it was decided, an "
+        "allowlist's hosts and the addresses its names had when the trial started.")
     agent_exit_code: int | None = Field(default=None, description="Exit code of the agent.")
     verifier_exit_code: int | None = Field(default=None, description="Exit code of test.sh.")
     usage: dict[str, object] | None = Field(

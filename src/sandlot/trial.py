@@ -41,6 +41,7 @@ from sandlot.integrity import (
 from sandlot.live import TrialLive
 from sandlot.machinery import Machinery, probe_machinery
 from sandlot.models import ErrorInfo, Integrity, TrialResult, utc_now
+from sandlot.network_plan import TrialNetworks, log_lines, plan_networks
 from sandlot.redact import redact_text, redact_tree
 from sandlot.repair import (
     RepairFailed,
@@ -136,14 +137,6 @@ class _Phase:
         self.clock.log(f"phase {self.name} ended after {elapsed:.3f}s")
 
 
-def _agent_network(task: Task, settings: TrialSettings, uses_gateway: bool) -> Network:
-    """public: NAT out; otherwise nothing, or the sandbox loopback where the gateway is."""
-    choice = settings.agent_network or task.config.network_mode
-    if choice == "public":
-        return "outbound"
-    return "loopback" if uses_gateway else "none"
-
-
 async def _open_gateway(settings: TrialSettings, plan: TrialPlan, sandbox: Sandbox,
                         agent: Agent) -> Any:
     if not getattr(agent, "needs_gateway", False):
@@ -224,6 +217,8 @@ class _Trial:
         self.separate: SeparateVerifier | None = None
         #: The pristine sandbox's machinery (shared mode); unmeasured until probed.
         self.machinery = Machinery()
+        #: Each phase's network, decided (and an allowlist's names resolved) at the start.
+        self.networks: TrialNetworks | None = None
         if self.result.verifier_mode == "separate":
             self.separate = SeparateVerifier(verifier, self._open_verifier_sandbox,
                                              lambda sandbox: _stop_shielded(sandbox, self.clock))
@@ -253,6 +248,7 @@ class _Trial:
             raise TrialError(ErrorKind.TASK_INVALID, "the task cannot run: "
                              + "; ".join(self.task.problems), "setup")
         with self.clock.phase("setup"):
+            await self._plan_networks()
             sandbox = await self._prepare()
             with _sandbox_failures("setup"):
                 await self._start_services(sandbox)
@@ -305,6 +301,20 @@ class _Trial:
             self.result.error = ErrorInfo(kind=exc.kind, message=exc.message, phase=exc.phase,
                                           caused_by=exc.caused_by or default_cause(exc.kind))
         self.clock.log(f"error {exc.kind}: {exc.message}")
+
+    async def _plan_networks(self) -> None:
+        """Each phase's network from task.toml and --agent-network; an allowlist's names
+        are resolved here, once, and recorded in result.json."""
+        self.networks = await plan_networks(
+            self.task.config, uses_gateway=getattr(self.agent, "needs_gateway", False),
+            agent_override=self.settings.agent_network)
+        self.result.network = self.networks.as_dict()
+        for line in log_lines(self.networks):
+            self.clock.log(line)
+
+    def _network(self, phase: str) -> Network:
+        assert self.networks is not None
+        return (self.networks.agent if phase == "agent" else self.networks.verifier).network
 
     async def _prepare(self) -> Sandbox:
         """The task's environment, built (or taken from the cache) and started."""
@@ -387,7 +397,7 @@ class _Trial:
         self.ctx = AgentContext(task=task, sandbox=as_user(sandbox, task.agent_user),
                                 user=task.agent_user,
                                 timeout_sec=task.config.agent.timeout_sec * self.mult,
-                                network=_agent_network(task, settings, self.session is not None),
+                                network=self._network("agent"),
                                 logs_dir=self.plan.dir / "agent", model=settings.model,
                                 gateway=access, max_turns=settings.max_turns,
                                 cache_dir=settings.cache_dir,
@@ -474,6 +484,7 @@ class _Trial:
                     verdict = await self.verifier.verify(
                         sandbox, self.task, self.plan.dir / "verifier",
                         self.task.config.verifier.timeout_sec * self.mult,
+                        network=self._network("verifier"),
                         logs_max_bytes=max(0, self.copy_budget))
                     back = await links_back(sandbox, [
                         n["path"] for n in result.integrity.neutralized
@@ -577,7 +588,8 @@ class _Trial:
                 await self._start_services(sandbox)
                 return await self.verifier.verify(
                     sandbox, self.task, out_dir,
-                    self.task.config.verifier.timeout_sec * self.mult)
+                    self.task.config.verifier.timeout_sec * self.mult,
+                    network=self._network("verifier"))
         finally:
             await _stop_shielded(sandbox, self.clock)
 

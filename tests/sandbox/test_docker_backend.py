@@ -438,6 +438,36 @@ def test_memory_limit_hit_by_the_oracle_is_recorded_as_agent_oom(tmp_path, cache
     assert result["sandbox"] == "docker"
 
 
+def test_each_phase_gets_the_network_the_task_asks_for(tmp_path, cache_dir, tiny):
+    """Oracle on the engine: the agent phase has an allowlist (its filter in the
+    container's namespace; which addresses it lets through is the contract test's, with
+    addresses the test owns), test.sh has no network: loopback alone."""
+    task = tmp_path / "tasks" / "phases"
+    write_env(task, {
+        "task.toml": '[agent]\ntimeout_sec = 120\nnetwork_mode = "allowlist"\n'
+                     'allowed_hosts = ["192.0.2.99"]\n[verifier]\ntimeout_sec = 60\n'
+                     'network_mode = "no-network"\n',
+        "instruction.md": "Do it.\n",
+        "environment/Dockerfile": f"FROM {tiny}\nWORKDIR /app\n",
+        "solution/solve.sh": "#!/bin/bash\ncat /proc/net/dev > /app/agent-dev.txt\n",
+        "tests/test.sh": "#!/bin/bash\ncut -d: -f1 -s /app/agent-dev.txt; echo ---\n"
+                         "cut -d: -f1 -s /proc/net/dev\necho 1 > /logs/verifier/reward.txt\n",
+    })
+    proc = sandlot("run", str(tmp_path / "tasks"), "--agent", "oracle", "--sandbox", "docker",
+                   "--jobs-dir", str(tmp_path / "jobs"), "--job-name", "net", "--quiet",
+                   cache_dir=cache_dir)
+    out, _ = proc.communicate(timeout=300)
+    trial = tmp_path / "jobs" / "net" / "phases__1"
+    result = json.loads((trial / "result.json").read_text())
+    assert result["error"] is None and result["reward"] == 1.0, (out, result["error"])
+    agent, verifier = (trial / "verifier" / "test_stdout.txt").read_text().split("---\n")
+    assert set(agent.split()) - {"lo"}, "the allowlist phase has a route out"
+    assert set(verifier.split()) == {"lo"}, "no-network: loopback alone"
+    assert result["network"]["agent"]["mode"] == "allowlist"
+    assert result["network"]["verifier"] == {"mode": "none",
+                                             "source": "[verifier] network_mode"}
+
+
 # -- no engine -------------------------------------------------------------------------------
 
 

@@ -31,8 +31,10 @@ from typing import Any, TypeVar
 
 import pytest
 
+from netns_peer import ALLOWED, OTHER, peer_namespace, probe
 from sandlot.errors import ContainerExited, ErrorKind, SandboxDiskFull, SandboxError, TrialError
 from sandlot.sandbox.base import (
+    Allowlist,
     CountsLimitEvents,
     EnvironmentRequest,
     Sandbox,
@@ -547,6 +549,27 @@ def test_network_outbound_reaches_neither_the_host_nor_metadata(make_sandbox, ru
                                network="outbound", timeout_sec=30)).stdout
         assert "Connection refused" in out, (address, out)
         assert time.monotonic() - t0 < 5
+
+
+def test_an_allowlist_reaches_its_addresses_alone(sandbox, run):
+    """An allowlist network reaches the addresses it lists and is refused the rest at
+    once; the same route with the internet's filter reaches both (so the refusal is the
+    allowlist's), and a new allowlist replaces the old one. The addresses live in a
+    namespace the test wired to the sandbox's (netns_peer)."""
+    netns = sandbox.network_namespace()
+    if netns is None:
+        pytest.skip("the engine's network namespaces are not visible here")
+    both = probe(ALLOWED) + probe(OTHER)
+    with peer_namespace(netns):
+        out = run(sandbox.exec(both, network=Allowlist((f"{ALLOWED}/32",)),
+                               timeout_sec=60)).stdout
+        assert f"{ALLOWED} peer-ok" in out, out
+        assert f"{OTHER} " in out and "Connection refused" in out.split(OTHER, 1)[1], out
+        out = run(sandbox.exec(both, network="outbound", timeout_sec=60)).stdout
+        assert f"{ALLOWED} peer-ok" in out and f"{OTHER} peer-ok" in out, out
+        out = run(sandbox.exec(both, network=Allowlist((f"{OTHER}/32",)),
+                               timeout_sec=60)).stdout
+        assert f"{OTHER} peer-ok" in out and f"{ALLOWED} peer-ok" not in out, out
 
 
 def test_network_none_sysfs_lists_only_loopback(sandbox, run):

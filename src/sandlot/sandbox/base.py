@@ -9,10 +9,30 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from sandlot.errors import SandboxError
 
+
+@dataclass(frozen=True)
+class Allowlist:
+    """Outbound to these address ranges only (a task's `allowed_hosts`, its names resolved
+    when the trial started), plus the sandbox's loopback and its resolver's DNS."""
+
+    networks: tuple[str, ...]
+
+
 #: none and loopback: the sandbox's own loopback only, shared by all its commands (where
 #: sandlot serves the model gateway, and where a server the agent started is reached);
-#: outbound: loopback plus NAT to the internet (never the host's own loopback).
-Network = Literal["none", "loopback", "outbound"]
+#: outbound: loopback plus NAT to the internet (never the host's own loopback); an
+#: Allowlist: outbound to its addresses alone.
+Network = Literal["none", "loopback", "outbound"] | Allowlist
+
+
+def goes_outbound(network: Network) -> bool:
+    """The command needs NAT out of the sandbox (the internet, or part of it)."""
+    return network == "outbound" or isinstance(network, Allowlist)
+
+
+def allowed_networks(network: Network) -> tuple[str, ...] | None:
+    """The egress filter's allowlist for `network`: None is the whole internet."""
+    return network.networks if isinstance(network, Allowlist) else None
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 

@@ -43,7 +43,9 @@ from sandlot.sandbox.base import (
     LimitKind,
     Network,
     SandboxSpec,
+    allowed_networks,
     check_mount_points,
+    goes_outbound,
     mount_point_chain,
 )
 from sandlot.sandbox.bounded_fs import DEFAULT_WALK_LIMITS, WalkLimits
@@ -199,6 +201,8 @@ class DockerSandbox:
         self._private: str | None = None
         self._egress_on = False
         self._egress_filtered = False
+        #: The allowlist the egress filter has now (None: the internet).
+        self._allowed: tuple[str, ...] | None = None
         self._net_lock = asyncio.Lock()
         self._stopped = False
         #: The image's ENTRYPOINT ([] without one) and the container's environment, which
@@ -473,11 +477,15 @@ class DockerSandbox:
     # -- network -------------------------------------------------------------------------
 
     async def _set_network(self, network: Network) -> None:
-        want = network == "outbound"
+        want, allowed = goes_outbound(network), allowed_networks(network)
         async with self._net_lock:
             if self._container is None or self._egress is None:
                 return
             api = self.engine.api
+            if want and allowed is not None and allowed != self._allowed:
+                # An allowlist's filter goes in before the route out exists; once
+                # connected it is made again with the bridge's subnet and resolver.
+                await self._filter_egress(allowed)
             if want != self._egress_on:
                 try:
                     if want:
@@ -490,18 +498,23 @@ class DockerSandbox:
                     raise SandboxError(
                         f"cannot switch the network to {network}: {exc}") from exc
                 self._egress_on = want
-            if want and not self._egress_filtered:
-                # Once, before the first outbound command: the table stays in the
-                # container's namespace across later disconnects and reconnects.
-                await self._filter_egress()
+            if want and (not self._egress_filtered or allowed != self._allowed):
+                # The table stays in the container's namespace across later disconnects
+                # and reconnects; it is replaced when the phase's allowlist changes.
+                await self._filter_egress(allowed)
                 self._egress_filtered = True
 
-    async def _filter_egress(self) -> None:
+    async def _filter_egress(self, allowed: tuple[str, ...] | None) -> None:
         """The egress filter (sandlot.sandbox.egress) in the container's network namespace,
         after the connect (the bridge's subnet and resolver are known only then) and
         before any outbound command. An engine whose processes this host cannot see
-        (a remote DOCKER_HOST) gets none: said once in the docs, not per trial."""
+        (a remote DOCKER_HOST) gets none for the internet (said once in the docs, not per
+        trial), and refuses an allowlist, which it could not keep."""
         if not proc_visible(self._pid):
+            if allowed is not None:
+                raise SandboxError("an allowlist network needs the engine's containers "
+                                   "on this host (the filter goes into their network "
+                                   "namespace); this engine's are not visible here")
             return
         root = Path(f"/proc/{self._pid}/root")
         try:
@@ -510,11 +523,14 @@ class DockerSandbox:
             resolv = ""
         try:
             await egress.install(self._pid, egress.resolvers_in(resolv),
-                                 self.spec.allow_private_network)
+                                 self.spec.allow_private_network, allowed)
+            self._allowed = allowed
         except SandboxError:
-            with contextlib.suppress(Exception):
-                await self.engine.call(self.engine.api.disconnect_container_from_network,
-                                       self._container, self._egress, force=True)
+            if self._egress_on:
+                with contextlib.suppress(Exception):
+                    await self.engine.call(self.engine.api.disconnect_container_from_network,
+                                           self._container, self._egress, force=True)
+                self._egress_on = False
             raise
 
     @override

@@ -14,7 +14,12 @@ command runs, rejects those (commands inside lack CAP_NET_ADMIN to change it):
 5. link-local (cloud metadata), loopback and multicast ranges are rejected, and so are
    private and shared ranges unless the run allows them (`--allow-private-network`, for
    a mirror on the LAN);
-6. anything else is accepted.
+6. anything else is accepted, or, for a phase with an allowlist (`network_mode =
+   "allowlist"`), only the allowlist's addresses are, and the rest is rejected: an
+   allowlist never reopens what the rules above refuse.
+
+The table is replaced in one nft transaction when a phase's network changes, so there
+is no moment without a filter.
 """
 
 from __future__ import annotations
@@ -51,6 +56,8 @@ class EgressPolicy:
     own_subnets: tuple[str, ...]
     resolvers: tuple[str, ...]
     allow_private: bool = False
+    #: Only these ranges past the rules above (an allowlist); None: the internet.
+    allowed: tuple[str, ...] | None = None
 
 
 def local_v4(fib_trie: str) -> list[str]:
@@ -130,6 +137,10 @@ def ruleset(policy: EgressPolicy) -> str:
     rules += _rule("ip", host4, "reject") + _rule("ip6", host6, "reject")
     rules += _rule("ip", own4, "accept") + _rule("ip6", own6, "accept")
     rules += _rule("ip", blocked4, "reject") + _rule("ip6", blocked6, "reject")
+    if policy.allowed is not None:
+        allowed4, allowed6 = _split(policy.allowed)
+        rules += _rule("ip", allowed4, "accept") + _rule("ip6", allowed6, "accept")
+        rules += "    reject\n"
     return (f"table inet {TABLE}\ndelete table inet {TABLE}\n"
             f"table inet {TABLE} {{\n  chain output {{\n"
             "    type filter hook output priority 0; policy accept;\n"
@@ -152,8 +163,8 @@ async def _run(argv: list[str], stdin: bytes | None = None) -> str:
     return out.decode(errors="replace")
 
 
-def policy_for(pid: int, resolvers: Iterable[str], allow_private: bool = False
-               ) -> EgressPolicy:
+def policy_for(pid: int, resolvers: Iterable[str], allow_private: bool = False,
+               allowed: tuple[str, ...] | None = None) -> EgressPolicy:
     """The host's addresses (read now: bridges come and go) and the own subnets of the
     network namespace process `pid` is in, all from /proc (no `ip` process: this runs
     for every sandbox that goes outbound)."""
@@ -163,19 +174,20 @@ def policy_for(pid: int, resolvers: Iterable[str], allow_private: bool = False
         f"{a}/{n}" for a, n in inet6(_read(f"/proc/{pid}/net/if_inet6"))
         if not ipaddress.ip_address(a).is_loopback]
     return EgressPolicy(host_addresses=tuple(host), own_subnets=tuple(own),
-                        resolvers=tuple(resolvers), allow_private=allow_private)
+                        resolvers=tuple(resolvers), allow_private=allow_private,
+                        allowed=allowed)
 
 
 async def install(pid: int, resolvers: Iterable[str], allow_private: bool = False,
-                  ) -> EgressPolicy:
+                  allowed: tuple[str, ...] | None = None) -> EgressPolicy:
     """Install the filter in the network namespace of process `pid` (a sandbox's holder
-    or a container's init).
+    or a container's init), replacing the one there; `allowed`: an allowlist's ranges.
 
     Raises: SandboxError when nft is missing or refuses (the sandbox must not go outbound
     unfiltered).
     """
     check_private_netns(pid)
-    policy = policy_for(pid, resolvers, allow_private)
+    policy = policy_for(pid, resolvers, allow_private, allowed)
     await _run(["nsenter", f"--net=/proc/{pid}/ns/net", "nft", "-f", "-"],
                stdin=ruleset(policy).encode())
     return policy

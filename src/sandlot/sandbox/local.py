@@ -44,7 +44,9 @@ from sandlot.sandbox.base import (
     Network,
     SandboxSpec,
     WorkspaceDiff,
+    allowed_networks,
     check_mount_points,
+    goes_outbound,
     mount_point_chain,
 )
 from sandlot.sandbox.bounded_fs import CapExceeded, exists_inside, read_regular, walk
@@ -391,8 +393,10 @@ class LocalSandbox:
         #: With a disk quota: where the sandbox's own filesystem is mounted (inside the
         #: holder's mount namespace only).
         self._disk: Path | None = None
-        #: The egress filter being installed (started with the sandbox).
+        #: The egress filter being installed (started with the sandbox: the internet).
         self._egress: asyncio.Future[object] | None = None
+        #: The allowlist the filter has now (None: the internet), once _egress is done.
+        self._allowed: tuple[str, ...] | None = None
         #: The container's launcher, and the host pid of its init (PID 1 inside).
         self._container: asyncio.subprocess.Process | None = None
         self._outer: asyncio.subprocess.Process | None = None
@@ -760,27 +764,41 @@ class LocalSandbox:
 
     # -- network ---------------------------------------------------------------------------
 
-    async def _ensure_network(self) -> None:
+    async def _ensure_network(self, allowed: tuple[str, ...] | None) -> None:
+        """NAT out of the sandbox, filtered (sandlot.sandbox.egress) to the internet or to
+        `allowed`. The filter for `allowed` is in place before slirp4netns gives the
+        namespace a route, or (when it is up already) before the command starts: there is
+        no moment with more network than the command asked for."""
         async with self._net_lock:
-            if self._slirp is not None and self._slirp.returncode is None:
-                return
             if shutil.which("slirp4netns") is None:
                 raise SandboxError(f"slirp4netns not found; {INSTALL_HINT}")
             assert self._holder is not None
-            # The egress filter and slirp4netns start side by side (nothing in the sandbox
-            # runs until both are done, so there is no unfiltered moment); in sequence
-            # they cost their sum on every trial's first outbound command.
-            results = await asyncio.gather(self._start_slirp(self._holder.pid),
-                                           asyncio.shield(self._egress_filter()),
-                                           return_exceptions=True)
-            errors = [r for r in results if isinstance(r, BaseException)]
-            if errors:
+            up = self._slirp is not None and self._slirp.returncode is None
+            try:
+                if allowed != self._allowed:
+                    await asyncio.shield(self._egress_filter())
+                    await egress.install(self._holder.pid, [SLIRP_DNS],
+                                         self.spec.allow_private_network, allowed)
+                    self._allowed = allowed
+                if up:
+                    return
+                # The internet's filter and slirp4netns start side by side (nothing in the
+                # sandbox runs until both are done, so there is no unfiltered moment); in
+                # sequence they cost their sum on every trial's first outbound command.
+                results = await asyncio.gather(self._start_slirp(self._holder.pid),
+                                               asyncio.shield(self._egress_filter()),
+                                               return_exceptions=True)
+                errors = [r for r in results if isinstance(r, BaseException)]
+                if errors:
+                    raise errors[0]
+            except BaseException:
+                # Fail closed: whatever the filter is now, no route out.
                 if self._slirp is not None and self._slirp.returncode is None:
                     with contextlib.suppress(ProcessLookupError):
                         self._slirp.kill()
                     await self._slirp.wait()
                 self._slirp = None
-                raise errors[0]
+                raise
 
     async def _start_slirp(self, holder_pid: int) -> None:
         check_private_netns(holder_pid)
@@ -1085,8 +1103,8 @@ class LocalSandbox:
             raise SandboxError("sandbox is not running")
         if not self._container_alive():
             raise ContainerExited(self._gone_message())
-        if network == "outbound":
-            await self._ensure_network()
+        if goes_outbound(network):
+            await self._ensure_network(allowed_networks(network))
         else:
             await self._drop_network()
         check_mount_points(self.spec, mounts or ())

@@ -13,8 +13,17 @@ import difflib
 import re
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError
+
+from sandlot.tasks.hosts import normalize_allowed_host
 
 DEFAULT_TIMEOUT_SEC = 600.0
 
@@ -51,6 +60,9 @@ NonNegativeFloat = Annotated[float, BeforeValidator(_not_a_bool),
                              Field(ge=0, allow_inf_nan=False)]
 VersionText = Annotated[str | None, BeforeValidator(_version_str)]
 NetworkMode = Annotated[Literal["none", "public", "allowlist"], BeforeValidator(_network_mode)]
+#: `allowed_hosts`: hostnames, `*.suffix` wildcards, IP addresses or CIDR ranges, each
+#: checked and normalized as Harbor does (lower case, no trailing dot, compressed IPv6).
+AllowedHosts = list[Annotated[str, AfterValidator(normalize_allowed_host)]]
 #: A user or uid, optionally `:group`, as Docker's `--user` and USER take it. Strict: the
 #: name goes into the sandbox's /etc/passwd and into lookups there.
 USER_SPEC = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,31})?")
@@ -76,6 +88,22 @@ UserSpec = Annotated[str, BeforeValidator(_user_spec)]
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="allow", coerce_numbers_to_str=True)
+
+
+class NetworkPolicySection(_Section):
+    """`network_mode` with its `allowed_hosts`, as [environment], [agent], [verifier] and
+    their per-step forms have them."""
+
+    network_mode: NetworkMode | None = None
+    allowed_hosts: AllowedHosts | None = None
+
+    @model_validator(mode="after")
+    def _hosts_only_for_an_allowlist(self) -> NetworkPolicySection:
+        if self.allowed_hosts is not None and self.network_mode != "allowlist":
+            raise PydanticCustomError(
+                "allowed_hosts_without_allowlist",
+                "allowed_hosts is only valid with network_mode = \"allowlist\"")
+        return self
 
 
 class HealthcheckSection(_Section):
@@ -105,25 +133,21 @@ class McpServerSection(_Section):
     headers: dict[str, str] = Field(default_factory=dict)
 
 
-class AgentSection(_Section):
+class AgentSection(NetworkPolicySection):
     timeout_sec: PositiveFloat = DEFAULT_TIMEOUT_SEC
     user: UserSpec | None = None
-    network_mode: NetworkMode | None = None
-    allowed_hosts: list[str] | None = None
     #: sandlot's own: the feedback an agent gets between repair attempts.
     repair_feedback_template: str | None = None
     #: sandlot's own: the ACP permission policy for this task.
     acp_permission: str | None = None
 
 
-class EnvironmentSection(_Section):
+class EnvironmentSection(NetworkPolicySection):
     cpus: PositiveFloat | None = None
     memory_mb: PositiveInt | None = None
     #: Disk quota for what the sandbox writes (Harbor's field; enforced by the local backend).
     storage_mb: Annotated[int, Field(ge=16)] | None = None
-    #: `None` when the file does not say; the trial decides what that means.
-    network_mode: NetworkMode | None = None
-    allowed_hosts: list[str] | None = None
+    #: network_mode: `None` when the file does not say; the trial decides what that means.
     #: The older switch for the same thing (Harbor reads it when network_mode is unset).
     allow_internet: bool | None = None
     build_timeout_sec: PositiveFloat = DEFAULT_TIMEOUT_SEC
@@ -150,12 +174,10 @@ class VerifierCollectSection(_Section):
     user: UserSpec | None = None
 
 
-class VerifierSection(_Section):
+class VerifierSection(NetworkPolicySection):
     timeout_sec: PositiveFloat = DEFAULT_TIMEOUT_SEC
     env: dict[str, str] = Field(default_factory=dict)
     user: UserSpec | None = None
-    network_mode: NetworkMode | None = None
-    allowed_hosts: list[str] | None = None
     environment_mode: Literal["shared", "separate"] | None = None
     environment: EnvironmentSection | None = None
     #: sandlot's own: paths (fnmatch patterns, or folders) the agent may change that the
@@ -230,7 +252,8 @@ class TaskConfig(_Section):
 
     @property
     def network_mode(self) -> Literal["none", "public", "allowlist"]:
-        """The environment's network: network_mode, else allow_internet, else none."""
+        """The environment's network: network_mode, else allow_internet, else none
+        (each phase's own is sandlot.tasks.network's)."""
         env = self.environment
         if env.network_mode is not None:
             return env.network_mode

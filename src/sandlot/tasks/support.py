@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sandlot.tasks.config import TaskConfig
+from sandlot.tasks.config import NetworkPolicySection, TaskConfig
 
 
 @dataclass(frozen=True)
@@ -38,10 +38,7 @@ def unsupported(config: TaskConfig, *, oracle: bool,
     if config.steps:
         out.append(Unsupported("steps", f"a multi-step task ({len(config.steps)} steps) is "
                                "not supported yet", "drop it from the run (--exclude)"))
-    for section in ("environment", "agent", "verifier"):
-        if getattr(config, section).network_mode == "allowlist":
-            out.append(Unsupported(f"{section}.network_mode", "an allowlist network is not "
-                                   "supported yet", 'use "public" or "no-network"'))
+    out += _wildcards(config)
     verifier = config.verifier
     if verifier.environment is not None:
         out.append(Unsupported("verifier.environment", "a verifier environment of its own "
@@ -64,4 +61,25 @@ def unsupported(config: TaskConfig, *, oracle: bool,
     if not oracle and env.skills_dir:
         out.append(Unsupported("environment.skills_dir", "skills are not passed to agents "
                                "yet", "drop it from the run (--exclude), or run the oracle"))
+    return out
+
+
+def _wildcards(config: TaskConfig) -> list[Unsupported]:
+    """`*.example.com` in an allowlist: sandlot's egress filter matches addresses, which
+    a wildcard does not name (Harbor's proxy matches the names a connection asks for)."""
+    sections: list[tuple[str, NetworkPolicySection]] = [
+        ("environment", config.environment), ("agent", config.agent),
+        ("verifier", config.verifier)]
+    for i, step in enumerate(config.steps or []):
+        sections += [(f"steps[{i}].agent", step.agent), (f"steps[{i}].verifier", step.verifier)]
+    out = []
+    for where, section in sections:
+        wild = [h for h in section.allowed_hosts or [] if h.startswith("*.")]
+        if wild:
+            out.append(Unsupported(
+                f"{where}.allowed_hosts", f"wildcard hosts ({', '.join(wild)}) are not "
+                "supported: sandlot's egress filter allows addresses, resolved from names "
+                "when the trial starts, and a wildcard names no address",
+                "list each host the task needs (files.example.com, not *.example.com), "
+                "or its CIDR range"))
     return out
