@@ -164,6 +164,40 @@ def self_reported_usage(agent_info: dict[str, object],
     return out
 
 
+class StepResult(BaseModel):
+    """One step of a multi-step trial (result.json `steps`); its files are in
+    steps/<name>/ of the trial folder (agent/, verifier/, repairs/)."""
+
+    name: str
+    reward: float | None = None
+    rewards: dict[str, float] = Field(default_factory=dict)
+    passed: bool = False
+    error: ErrorInfo | None = Field(
+        default=None, description="What went wrong in this step (its agent's fault, or "
+        "why it could not be scored).")
+    timing: dict[str, float] = Field(default_factory=dict, description="Seconds per phase.")
+    agent_exit_code: int | None = None
+    verifier_exit_code: int | None = None
+    agent_info: dict[str, object] = Field(default_factory=dict)
+    attempts: list[dict[str, object]] = Field(default_factory=list)
+    repaired: bool = False
+    integrity: Integrity | None = None
+    verifier_failure: dict[str, object] | None = None
+    network: dict[str, object] | None = None
+
+
+class MultiStep(BaseModel):
+    """How a multi-step trial's steps went (result.json `multi_step`)."""
+
+    strategy: Literal["mean", "final"] = Field(
+        description="multi_step_reward_strategy: how the trial's reward was made.")
+    n_steps: int
+    n_run: int = Field(description="Steps that ran (the rest were stopped).")
+    stopped_after: str | None = Field(
+        default=None, description="The step after which the rest were stopped, or null.")
+    stop_reason: str | None = None
+
+
 class TrialResult(BaseModel):
     """One trial's outcome: jobs/<job>/<task>__<attempt>/result.json."""
 
@@ -220,6 +254,9 @@ class TrialResult(BaseModel):
         "failure (reward 0), not an error.")
     counted_attempt: int | None = Field(
         default=None, description="The attempt whose final state the reward scores.")
+    steps: list[StepResult] | None = Field(
+        default=None, description="A multi-step task's steps that ran, in order.")
+    multi_step: MultiStep | None = None
 
     @computed_field(description=(
         "The trial's two token figures side by side: `trusted` names the one in `usage` "
@@ -269,6 +306,16 @@ class PhaseTiming(BaseModel):
     total_sec: float
 
 
+class StepSummary(BaseModel):
+    """One step name's figures over a job's multi-step trials."""
+
+    n_run: int = 0
+    n_scored: int = 0
+    n_passed: int = 0
+    mean_reward: float | None = None
+    n_stopped: int = Field(default=0, description="Trials whose later steps it stopped.")
+
+
 class JobSummary(BaseModel):
     """Aggregates over finished trials: jobs/<job>/summary.json, rewritten after each trial."""
 
@@ -303,6 +350,8 @@ class JobSummary(BaseModel):
         "host, host-fallback; result.json `environment.base`): a host-fallback score is "
         "not comparable with one on the task's image.")
     timing: dict[str, PhaseTiming] = Field(default_factory=dict)
+    steps: dict[str, StepSummary] = Field(
+        default_factory=dict, description="Multi-step tasks: each step's figures, by name.")
     usage: dict[str, object] | None = Field(
         default=None, description="Gateway usage summed over trials (null: no model used).")
     retried_usage: dict[str, object] | None = Field(

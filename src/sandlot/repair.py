@@ -52,7 +52,7 @@ async def run_with_repairs(agent: ConversationalAgent, ctx: AgentContext, first:
     attempts: list[dict[str, object]] = [{"attempt": 1, "generation": _generation(
         first, first_sec), "evaluation": None, "feedback": None}]
     spent = first_sec
-    secret = [ctx.task.tests_dir, ctx.task.solution_dir]
+    secret = [*ctx.task.tests_sources, ctx.task.solution_dir]
     total = settings.max_repairs + 1
     for number in range(2, settings.max_repairs + 2):
         record = attempts[-1]

@@ -63,7 +63,10 @@ from sandlot.sandbox.base import (
 from sandlot.sandbox.bounded_fs import export_tree
 from sandlot.sandbox.users import as_user, ensure_users
 from sandlot.separate_verifier import SeparateVerifier, verifier_mode
+from sandlot.steps import fold_steps, step_record, stop_reason, timing_since
+from sandlot.tasks.config import StepSection
 from sandlot.tasks.loader import Task
+from sandlot.tasks.steps import step_dir, step_task
 from sandlot.verify import TESTS_MOUNT, VERIFIER_LOGS, Verdict, Verifier
 
 #: Agent-phase errors after which the verifier still scores what the agent left behind.
@@ -219,6 +222,12 @@ class _Trial:
         self.machinery = Machinery()
         #: Each phase's network, decided (and an allowlist's names resolved) at the start.
         self.networks: TrialNetworks | None = None
+        #: A multi-step task's networks, by step name.
+        self.step_networks: dict[str, TrialNetworks] = {}
+        #: Where this phase's files go: the trial folder, or steps/<name>/ in it.
+        self.out = plan.dir
+        #: The step running is the trial's last (always, for a task without steps).
+        self.last_step = True
         if self.result.verifier_mode == "separate":
             self.separate = SeparateVerifier(verifier, self._open_verifier_sandbox,
                                              lambda sandbox: _stop_shielded(sandbox, self.clock))
@@ -255,11 +264,105 @@ class _Trial:
                 if self.separate is None:  # the shared verifier's machinery, pristine
                     await self._probe_machinery(sandbox)
             ctx = await self._set_up_agent(sandbox)
+        if self.task.config.steps:
+            await self._run_steps(sandbox, ctx)
+            return
         with self.clock.phase("agent"):
             await self._run_agent(ctx)
         await self._collect(sandbox)
         with self.clock.phase("verify"):
             await self._verify(sandbox)
+
+    async def _run_steps(self, sandbox: Sandbox, ctx: AgentContext) -> None:
+        """A multi-step task: each step in order in this one sandbox, its files in
+        steps/<name>/, until one cannot be scored or misses its min_reward; then the
+        trial's reward from the steps (sandlot.steps)."""
+        steps = self.task.config.steps or []
+        task, result = self.task, self.result
+        result.steps = []
+        stop: tuple[str, str] | None = None
+        try:
+            for index, step in enumerate(steps, start=1):
+                self.task, self.out = step_task(task, step), self.plan.dir / "steps" / step.name
+                self.networks, self.last_step = self.step_networks[step.name], index == len(steps)
+                self.result = TrialResult(trial_name=result.trial_name, task=result.task,
+                                          attempt=result.attempt, agent=result.agent)
+                self.clock.log(f"step {index}/{len(steps)} {step.name}: started")
+                before = dict(self.clock.timing)
+                try:
+                    await self._run_step(sandbox, ctx, step, first=index == 1)
+                except TrialError as exc:
+                    self._record(exc)
+                record = step_record(step.name, self.result, self.networks.as_dict(),
+                                     timing_since(before, self.clock.timing))
+                result.steps.append(record)
+                result.script_time_sec += self.result.script_time_sec
+                reason = stop_reason(record, step.min_reward)
+                self.clock.log(f"step {step.name}: reward {record.reward}"
+                               + (f"; the steps after it are stopped: {reason}"
+                                  if reason and not self.last_step else ""))
+                if reason is not None and not self.last_step:
+                    stop = (step.name, reason)
+                    break
+        finally:
+            self.task, self.result, self.out, self.last_step = task, result, self.plan.dir, True
+            self.networks = None
+            if self.session is not None and self.session.open:
+                await self.settings.gateway.close_trial(self.session)
+        fold_steps(result, result.steps, len(steps),
+                   self.task.config.multi_step_reward_strategy or "mean", stop)
+
+    async def _run_step(self, sandbox: Sandbox, ctx: AgentContext, step: StepSection, *,
+                        first: bool) -> None:
+        """One step: its files staged (and its setup.sh run), its healthcheck, its agent
+        (with its own repairs), what it left collected, then its tests."""
+        with self.clock.phase("setup"), _sandbox_failures("setup"):
+            await self._stage_step(sandbox, step, first=first)
+        task = self.task
+        self.ctx = replace(ctx, task=task, sandbox=as_user(sandbox, task.agent_user),
+                           user=task.agent_user,
+                           timeout_sec=task.config.agent.timeout_sec * self.mult,
+                           network=self._network("agent"), logs_dir=self.out / "agent")
+        self.ctx.logs_dir.mkdir(parents=True, exist_ok=True)
+        with self.clock.phase("agent"):
+            await self._run_agent(self.ctx, end_session=self.last_step)
+        await self._collect(sandbox)
+        with self.clock.phase("verify"):
+            await self._verify(sandbox)
+
+    async def _stage_step(self, sandbox: Sandbox, step: StepSection, *, first: bool) -> None:
+        """Before a step: /logs/agent emptied (the last step's copy is in its folder),
+        steps/<name>/workdir/ copied into the working folder and its setup.sh run there,
+        as the step's agent user, then the step's healthcheck."""
+        task, folder = self.task, step_dir(self.task.path, step.name) / "workdir"
+        if not first:
+            await sandbox.exec(["find", "/logs/agent", "-mindepth", "1", "-delete"],
+                               timeout_sec=60)
+        if folder.is_dir():
+            entries = sorted(folder.iterdir())
+            for entry in entries:
+                await sandbox.upload(entry, f"{task.workdir.rstrip('/')}/{entry.name}")
+            if task.agent_user is not None and entries:
+                await sandbox.exec(["chown", "-R", task.agent_user, "--",
+                                    *(f"{task.workdir.rstrip('/')}/{e.name}" for e in entries)],
+                                   timeout_sec=120)
+            if (folder / "setup.sh").is_file():
+                self.live.set_phase(f"step {step.name}: setup.sh…")
+                setup = await sandbox.exec(
+                    ["bash", f"{task.workdir.rstrip('/')}/setup.sh"], cwd=task.workdir,
+                    user=task.agent_user, network=self._network("agent"),
+                    timeout_sec=task.config.agent.timeout_sec * self.mult)
+                if not setup.ok:
+                    raise TrialError(ErrorKind.ENVIRONMENT_ERROR,
+                                     f"step {step.name}: workdir/setup.sh "
+                                     + ("timed out" if setup.timed_out else
+                                        f"exited {setup.exit_code}")
+                                     + f": {(setup.stderr or setup.stdout).strip()[-500:]}",
+                                     "setup")
+        if step.healthcheck is not None:
+            self.live.set_phase(f"step {step.name}: waiting for the healthcheck…")
+            await wait_healthy(sandbox, step.healthcheck, timeout_multiplier=self.mult,
+                               log=self.clock.log)
 
     def _cancel_reason(self) -> TrialError:
         """Why the trial was cancelled: the user, or the job stopping on a provider failure."""
@@ -305,12 +408,20 @@ class _Trial:
     async def _plan_networks(self) -> None:
         """Each phase's network from task.toml and --agent-network; an allowlist's names
         are resolved here, once, and recorded in result.json."""
-        self.networks = await plan_networks(
-            self.task.config, uses_gateway=getattr(self.agent, "needs_gateway", False),
-            agent_override=self.settings.agent_network)
+        config, uses_gateway = self.task.config, getattr(self.agent, "needs_gateway", False)
+        steps = config.steps or []
+        plans = await asyncio.gather(*(plan_networks(
+            config, uses_gateway=uses_gateway, agent_override=self.settings.agent_network,
+            step=step) for step in [None, *steps]))
+        self.networks = plans[0]
+        self.step_networks = {step.name: plan for step, plan in zip(steps, plans[1:],
+                                                                     strict=True)}
         self.result.network = self.networks.as_dict()
         for line in log_lines(self.networks):
             self.clock.log(line)
+        for name, plan in self.step_networks.items():
+            for line in log_lines(plan):
+                self.clock.log(f"step {name}: {line}")
 
     def _network(self, phase: str) -> Network:
         assert self.networks is not None
@@ -353,7 +464,7 @@ class _Trial:
         """A fresh sandbox of the task's environment for a separate verifier, its users
         and services ready as the agent's were."""
         request = self._environment_request(f"{self.plan.name}-{name}",
-                                            self.plan.dir / "verifier" / "setup")
+                                            self.out / "verifier" / "setup")
         with _sandbox_failures("verify"):
             sandbox = await self.backend.create(request)
         try:
@@ -407,9 +518,10 @@ class _Trial:
         await self.agent.setup(self.ctx)
         return self.ctx
 
-    async def _run_agent(self, ctx: AgentContext) -> None:
+    async def _run_agent(self, ctx: AgentContext, *, end_session: bool = True) -> None:
         """The agent works (with repair rounds if asked); its own faults are recorded and
-        what it left is still verified. Its processes and its key end here."""
+        what it left is still verified. Its processes end here, and its key too unless a
+        later step's agent still needs it (`end_session`)."""
         self.live.set_phase("agent")
         oom_before = _oom_kills(self.sandbox)  # the sandbox itself, not the agent's user view
         try:
@@ -428,7 +540,7 @@ class _Trial:
             if is_conversational(self.agent):
                 await _close_agent(self.agent, ctx, self.clock)
             # ...and its key dies with them: nothing after may call the model.
-            if self.session is not None:
+            if self.session is not None and end_session:
                 await self.settings.gateway.close_trial(self.session)
         self._raise_if_the_provider_failed()
 
@@ -452,7 +564,7 @@ class _Trial:
         try:
             result.attempts = await run_with_repairs(
                 self.agent, ctx, outcome, time.monotonic() - first_started, self.verifier,
-                self.plan.dir / "repairs", repair, on_phase=self.live.set_phase)
+                self.out / "repairs", repair, on_phase=self.live.set_phase)
         except RepairFailed as exc:
             result.attempts = exc.attempts
             raise
@@ -463,10 +575,10 @@ class _Trial:
         """What the agent changed and logged, kept in the trial folder before scoring,
         within the trial's copy-out budget (the verifier's logs get what is left)."""
         self.copy_budget -= await _record_workspace_diff(
-            sandbox, self.task.workdir, self.plan.dir / "agent", self.clock,
+            sandbox, self.task.workdir, self.out / "agent", self.clock,
             min(WORKSPACE_DIFF_MAX_BYTES, self.copy_budget), self.caps_hit)
         self.copy_budget -= await _collect_agent_logs(
-            sandbox, self.plan.dir, self.clock, min(AGENT_LOGS_MAX_BYTES, self.copy_budget),
+            sandbox, self.out, self.clock, min(AGENT_LOGS_MAX_BYTES, self.copy_budget),
             self.caps_hit)
 
     async def _verify(self, sandbox: Sandbox) -> None:
@@ -479,10 +591,10 @@ class _Trial:
                 try:
                     if self.separate is None:
                         await self._neutralize(sandbox)
-                    else:  # nothing outside the outputs reaches the verifier
+                    elif self.last_step:  # nothing outside the outputs reaches it
                         self.separate.stop_source = self._stop_agent_sandbox
                     verdict = await self.verifier.verify(
-                        sandbox, self.task, self.plan.dir / "verifier",
+                        sandbox, self.task, self.out / "verifier",
                         self.task.config.verifier.timeout_sec * self.mult,
                         network=self._network("verifier"),
                         logs_max_bytes=max(0, self.copy_budget))
@@ -579,7 +691,7 @@ class _Trial:
     async def _pristine_verdict(self) -> Verdict:
         """The verifier's verdict on a fresh sandbox of the task's environment that no
         agent touched (its files in verifier-pristine/ of the trial folder)."""
-        out_dir = self.plan.dir / "verifier-pristine"
+        out_dir = self.out / "verifier-pristine"
         request = self._environment_request(f"{self.plan.name}-pristine", out_dir / "setup")
         with _sandbox_failures("verify"):
             sandbox = await self.backend.create(request)
@@ -616,7 +728,8 @@ class _Trial:
             self.live.set_phase("cleaning up…")
             with self.clock.phase("cleanup"):
                 await _stop_shielded(self.sandbox, self.clock)
-        caps = self.caps_hit + _verifier_logs_cut(self.plan.dir)
+        caps = self.caps_hit + [cut for folder in (self.plan.dir, *_step_dirs(self.plan.dir))
+                                 for cut in _verifier_logs_cut(folder)]
         if caps:
             result.integrity = (result.integrity or Integrity()).model_copy(
                 update={"caps_hit": caps})
@@ -631,6 +744,12 @@ class _Trial:
                 redact_text(result.model_dump_json(), settings.redactions))
             self.result = result
         write_model(self.plan.dir / "result.json", result)
+
+
+def _step_dirs(trial_dir: Path) -> list[Path]:
+    """A multi-step trial's step folders (none for a task without steps)."""
+    steps = trial_dir / "steps"
+    return sorted(p for p in steps.iterdir() if p.is_dir()) if steps.is_dir() else []
 
 
 async def _prepare_users(sandbox: Sandbox, task: Task, clock: _PhaseClock) -> None:

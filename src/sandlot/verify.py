@@ -174,7 +174,10 @@ class ScriptVerifier:
                       timeout_sec: float, network: Network, staging: Path,
                       logs_max_bytes: int) -> Verdict:
         tests, logs = staging / "tests", staging / "logs"
-        await asyncio.to_thread(shutil.copytree, task.tests_dir, tests, symlinks=True)
+        for source in task.tests_sources:  # a step's tests over the task's
+            await asyncio.to_thread(shutil.copytree, source, tests, symlinks=True,
+                                    dirs_exist_ok=True)
+        tests.mkdir(exist_ok=True)
         logs.mkdir()
         user = task.verifier_user
         if user is not None:  # test.sh runs as that user and must write its reward

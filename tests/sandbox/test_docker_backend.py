@@ -468,6 +468,25 @@ def test_each_phase_gets_the_network_the_task_asks_for(tmp_path, cache_dir, tiny
                                              "source": "[verifier] network_mode"}
 
 
+def test_a_multi_step_task_runs_its_steps_in_one_container(tmp_path, cache_dir, tiny):
+    """The three-step fixture with the oracle on the engine: every step in order, each
+    scored by its own tests, one container throughout."""
+    from multi_step_fixture import three_steps
+
+    three_steps(tmp_path / "tasks", "counter", dockerfile=f"FROM {tiny}\nWORKDIR /app\n")
+    proc = sandlot("run", str(tmp_path / "tasks"), "--agent", "oracle", "--sandbox", "docker",
+                   "--jobs-dir", str(tmp_path / "jobs"), "--job-name", "steps", "--quiet",
+                   cache_dir=cache_dir)
+    out, _ = proc.communicate(timeout=300)
+    trial = tmp_path / "jobs" / "steps" / "counter__1"
+    result = json.loads((trial / "result.json").read_text())
+    assert result["error"] is None and result["reward"] == 1.0, (out, result["error"])
+    assert [(s["name"], s["reward"]) for s in result["steps"]] == [
+        ("create", 1.0), ("extend", 1.0), ("finish", 1.0)]
+    extend = (trial / "steps" / "extend" / "verifier" / "test_stdout.txt").read_text()
+    assert "lines=2 expect=2" in extend and "only-create.txt" not in extend
+
+
 # -- no engine -------------------------------------------------------------------------------
 
 

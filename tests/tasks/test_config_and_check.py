@@ -580,7 +580,8 @@ def test_env_templates_are_filled_from_the_environment_or_their_default() -> Non
     ('[environment]\ntpu = { type = "v6e", topology = "2x4" }\n', "environment.tpu (line 2)",
      "TPU"),
     ('[environment]\nos = "windows"\n', "environment.os (line 2)", "windows"),
-    ('[[steps]]\nname = "one"\n[[steps]]\nname = "two"\n', "steps (line 1)", "2 steps"),
+    ('[[steps]]\nname = "one"\n[steps.verifier]\nenvironment_mode = "separate"\n',
+     "steps[0].verifier.environment_mode (line 1)", "differs from the task's"),
     ('[agent]\nnetwork_mode = "allowlist"\nallowed_hosts = ["*.example.org"]\n',
      "agent.allowed_hosts (line 3)", "wildcard"),
     ('[verifier.environment]\ndocker_image = "verifier:1"\n', "verifier.environment (line 1)",
@@ -589,7 +590,9 @@ def test_env_templates_are_filled_from_the_environment_or_their_default() -> Non
 ])
 def test_what_sandlot_cannot_honour_is_refused_with_the_reason_and_a_fix(
         make_task, toml: str, field: str, needle: str) -> None:
-    [problem] = errors(check_task(make_task("unsupported", task_toml=toml)))
+    task = make_task("unsupported", task_toml=toml,
+                     files={"steps/one/instruction.md": "Do it.\n"})  # for the [[steps]] case
+    [problem] = errors(check_task(task))
     assert problem.field == field, problem
     assert needle in problem.message + problem.fix and problem.fix
 

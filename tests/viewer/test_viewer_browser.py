@@ -273,3 +273,34 @@ def test_tampered_and_verifier_breaking_failures_are_shown_apart(tmp_path, tab, 
         assert "broke the verifier" in page.locator(".errbox.integrity").inner_text()
         shot(tab, artifacts, "12-broke-verifier-trial")
     assert tab.errors == []
+
+
+def test_a_multi_step_trial_shows_each_step_and_why_the_rest_stopped(tmp_path, tab, artifacts):
+    job = tmp_path / "jobs" / "steps"
+    write_config(job, ["counter"])
+    result = write_result(job, "counter", reward=0.5)
+    result["steps"] = [
+        {"name": "create", "reward": 1.0, "rewards": {"reward": 1.0}, "passed": True,
+         "timing": {"agent": 1.5, "verify": 0.5}},
+        {"name": "extend", "reward": 0.0, "rewards": {"reward": 0.0}, "passed": False,
+         "timing": {"agent": 2.0, "verify": 0.4}}]
+    result["multi_step"] = {"strategy": "mean", "n_steps": 3, "n_run": 2,
+                            "stopped_after": "extend",
+                            "stop_reason": "min_reward: reward = 0, below its min_reward 1"}
+    write_json(job / "counter__1" / "result.json", result)
+    out = job / "counter__1" / "steps" / "extend" / "verifier" / "test_stdout.txt"
+    out.parent.mkdir(parents=True)
+    out.write_text("lines=1 expect=2\n")
+    page = tab.page
+    with viewer_process(job.parent) as url:
+        page.goto(f"{url}#/job/steps/trial/counter__1")
+        page.click("button[data-tab='task steps']")
+        page.wait_for_selector("table.data tbody tr")
+        table = page.locator("table.data").first.inner_text()
+        assert "create" in table and "extend" in table and "passed" in table, table
+        assert "stopped after step extend: min_reward" in page.locator(".errbox").inner_text()
+        assert "2 of 3 steps ran" in page.locator("body").inner_text()
+        page.click("text=extend: test output")
+        assert "lines=1 expect=2" in page.locator("body").inner_text()
+        shot(tab, artifacts, "13-multi-step-trial")
+    assert tab.errors == []

@@ -119,6 +119,8 @@ def export_markdown(job_dir: Path) -> str:
         if summary.mean_reward is not None:
             rows.append(("mean reward", f"{summary.mean_reward:.3f}"))
         rows += [(f"pass@{k}", _pct(v)) for k, v in summary.pass_at_k.items()]
+        rows += [(f"step {name}: passed / run", f"{s.n_passed} / {s.n_run}")
+                 for name, s in summary.steps.items()]
         if summary.usage:
             u = summary.usage
             rows.append(("tokens (in / out)", f"{u.get('input_tokens')} / "

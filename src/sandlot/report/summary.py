@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from math import comb
 
-from sandlot.models import JobSummary, PhaseTiming, TrialResult
+from sandlot.errors import AGENT_FAULT_KINDS
+from sandlot.models import JobSummary, PhaseTiming, StepSummary, TrialResult
 from sandlot.report.outcome import count_outcomes
 
 
@@ -80,6 +81,28 @@ def integrity_counts(scored: list[TrialResult]) -> dict[str, int]:
             "n_verifier_broken": sum(r.verifier_failure is not None for r in scored)}
 
 
+def step_figures(results: list[TrialResult]) -> dict[str, StepSummary]:
+    """Each step name's runs, scores and passes over the multi-step trials, in the order
+    the steps first appear."""
+    figures: dict[str, StepSummary] = {}
+    rewards: dict[str, list[float]] = defaultdict(list)
+    for r in results:
+        for step in r.steps or []:
+            f = figures.setdefault(step.name, StepSummary())
+            f.n_run += 1
+            if step.reward is not None and (step.error is None
+                                            or step.error.kind in AGENT_FAULT_KINDS):
+                f.n_scored += 1
+                rewards[step.name].append(step.reward)
+            f.n_passed += step.passed
+        stopped = r.multi_step.stopped_after if r.multi_step else None
+        if stopped in figures:
+            figures[stopped].n_stopped += 1  # type: ignore[index]
+    for name, values in rewards.items():
+        figures[name].mean_reward = round(sum(values) / len(values), 6)
+    return figures
+
+
 def summarize(job_name: str, agent: str, model: str | None, n_planned: int, max_k: int,
               results: list[TrialResult], *, n_resumed: int = 0,
               complete: bool = False, stopped: str | None = None) -> JobSummary:
@@ -112,6 +135,7 @@ def summarize(job_name: str, agent: str, model: str | None, n_planned: int, max_
                                   for r in results if r.environment).items())),
         timing={p: PhaseTiming(mean_sec=round(sum(v) / len(v), 4), total_sec=round(sum(v), 4))
                 for p, v in phases.items()},
+        steps=step_figures(results),
         usage=usage, retried_usage=retried,
         spend_usd=round(sum(float(c) for c in costs), 8) if costs else None,  # type: ignore[arg-type]
         **usage_rates(results, usage, n_passed, model is not None),  # type: ignore[arg-type]

@@ -71,6 +71,11 @@ def summary_table(summary: JobSummary) -> FittedTable:
         ("mean reward", "—" if summary.mean_reward is None else f"{summary.mean_reward:.3f}"),
     ]
     rows += [(f"pass@{k}", _pct(v)) for k, v in summary.pass_at_k.items()]
+    rows += [(f"step {escape(name)} (passed / run)",
+              f"{s.n_passed}/{s.n_run}" + ("" if s.mean_reward is None
+                                           else f", mean reward {s.mean_reward:.3f}")
+              + (f", stopped the rest {s.n_stopped}×" if s.n_stopped else ""))
+             for name, s in summary.steps.items()]
     if summary.usage:
         u = summary.usage
         rows += [("tokens (in / out)", f"{tokens_text(u.get('input_tokens'))} / "

@@ -15,6 +15,7 @@ from sandlot.errors import TaskLoadError
 from sandlot.tasks.config import TaskConfig, unknown_keys
 from sandlot.tasks.dockerfile import USE_CONTAINER, CopyStep, parse_dockerfile
 from sandlot.tasks.naming import task_name
+from sandlot.tasks.steps import check_step_files
 from sandlot.tasks.support import unsupported
 from sandlot.tasks.templates import missing_variables
 from sandlot.tasks.trust import untrusted_reads
@@ -161,7 +162,7 @@ def _check_toml(task: str, path: Path, oracle: bool = True) -> list[Problem]:
         return problems
     tests_dockerfile = (path.parent / "tests" / "Dockerfile").is_file()
     for gap in unsupported(config, oracle=oracle, tests_dockerfile=tests_dockerfile):
-        line = _key_line(text, tuple(gap.field.split(".")))
+        line = _field_line(text, gap.field)
         where = f"{gap.field} (line {line})" if line else gap.field
         problems.append(Problem(task, "task.toml", where, gap.reason, gap.fix))
     if config.artifacts:
@@ -181,6 +182,20 @@ def _check_toml(task: str, path: Path, oracle: bool = True) -> list[Problem]:
     return problems
 
 
+def _field_line(text: str, field: str) -> int | None:
+    """The line of a dotted field; inside an array of tables (`steps[1].agent.x`), the
+    line of the nearest table that has one (a step's `[steps.agent]` header has no
+    index, so its `[[steps]]` line is named)."""
+    exact = _key_line(text, tuple(field.split(".")))
+    m = re.match(r"(\w+)\[(\d+)\]", field)
+    if exact is not None or m is None:
+        return exact
+    headers = [no for no, line in enumerate(text.split("\n"), start=1)
+               if re.fullmatch(rf"\[\[\s*{m.group(1)}\s*\]\]\s*(#.*)?", line.strip())]
+    index = int(m.group(2))
+    return headers[index] if index < len(headers) else None
+
+
 def _unknown_key(task: str, text: str, path: str, close: str | None) -> Problem:
     """A key the schema does not define: kept (datasets add their own), but a typo of a
     known key would silently do nothing, so say which one it looks like."""
@@ -196,6 +211,14 @@ def _unknown_key(task: str, text: str, path: str, close: str | None) -> Problem:
     return Problem(task, "task.toml", where, "unknown key (not in Harbor's task.toml schema "
                    "1.4); sandlot ignores it", "remove it, or ignore this if it is your "
                    "dataset's own key", "warning")
+
+
+def _lenient_config(task_toml: Path) -> TaskConfig | None:
+    """task.toml's settings when it is valid (its errors are reported by _check_toml)."""
+    try:
+        return TaskConfig.model_validate(tomllib.loads(task_toml.read_text(encoding="utf-8")))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, ValidationError):
+        return None
 
 
 def _prebuilt_image(task_toml: Path) -> str | None:
@@ -288,6 +311,13 @@ def check_task(path: Path, *, need_solution: bool = True, sandbox: str = "local"
     if not toml_path.is_file():
         return [Problem(task, "task.toml", None, "missing", "create task.toml (see docs/tasks.md)")]
     problems = _check_toml(task, toml_path, oracle=need_solution)
+    config = _lenient_config(toml_path)
+    if config is not None and config.steps:
+        problems.extend(Problem(task, p.file, None, p.message, p.fix, p.severity)  # type: ignore[arg-type]
+                        for p in check_step_files(path, config, need_solution=need_solution))
+        problems.extend(_check_dockerfile(task, path / "environment", sandbox,
+                                          _prebuilt_image(path / "task.toml")))
+        return problems
     instruction = path / "instruction.md"
     if not instruction.is_file():
         problems.append(Problem(task, "instruction.md", None, "missing",

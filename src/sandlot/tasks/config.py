@@ -24,6 +24,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from sandlot.tasks.hosts import normalize_allowed_host
+from sandlot.tasks.step_names import step_name_key, step_name_problem
 
 DEFAULT_TIMEOUT_SEC = 600.0
 
@@ -198,11 +199,22 @@ class ArtifactSection(_Section):
     service: str | None = None
 
 
+def _step_name(value: object) -> object:
+    """A step's name is its folder's (steps/<name>/): portable on every OS."""
+    if isinstance(value, str) and (problem := step_name_problem(value)) is not None:
+        raise PydanticCustomError("step_name", problem)
+    return value
+
+
+FiniteFloat = Annotated[float, BeforeValidator(_not_a_bool), Field(allow_inf_nan=False)]
+
+
 class StepSection(_Section):
-    name: str
+    name: Annotated[str, AfterValidator(_step_name)]
     agent: AgentSection = Field(default_factory=AgentSection)
     verifier: VerifierSection = Field(default_factory=VerifierSection)
-    min_reward: float | dict[str, float] | None = None
+    #: Stop the steps after this one unless its rewards reach it (a number: `reward`).
+    min_reward: FiniteFloat | dict[str, FiniteFloat] | None = None
     healthcheck: HealthcheckSection | None = None
     artifacts: list[str | ArtifactSection] = Field(default_factory=list)
 
@@ -239,6 +251,19 @@ class TaskConfig(_Section):
     multi_step_reward_strategy: Literal["mean", "final"] | None = None
     steps: list[StepSection] | None = None
     artifacts: list[str | ArtifactSection] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _unique_step_names(self) -> TaskConfig:
+        """Two steps may not share a folder, even on a case-insensitive filesystem."""
+        seen: dict[str, str] = {}
+        for step in self.steps or []:
+            key = step_name_key(step.name)
+            if key in seen:
+                raise PydanticCustomError(
+                    "step_names", "step names must be unique (ignoring case): {a} and "
+                    "{b} would share a folder", {"a": repr(seen[key]), "b": repr(step.name)})
+            seen[key] = step.name
+        return self
 
     @model_validator(mode="after")
     def _legacy_sizes(self) -> TaskConfig:

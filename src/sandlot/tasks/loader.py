@@ -36,6 +36,11 @@ class Task:
     #: The user its image runs as (the FROM image's USER when the Dockerfile sets none),
     #: once a sandbox of it has started; None for root or not known.
     image_user: str | None = None
+    #: A multi-step task as one step sees it (sandlot.tasks.steps.step_task): the step's
+    #: name, the test folders laid into /tests in order, its own solution folder.
+    step: str | None = None
+    tests_sources_override: tuple[Path, ...] | None = None
+    solution_override: Path | None = None
 
     @property
     def prebuilt_image(self) -> str | None:
@@ -55,8 +60,15 @@ class Task:
         return self.path / "tests"
 
     @property
+    def tests_sources(self) -> tuple[Path, ...]:
+        """The folders copied into /tests, later ones over earlier ones."""
+        if self.tests_sources_override is not None:
+            return self.tests_sources_override
+        return (self.tests_dir,)
+
+    @property
     def solution_dir(self) -> Path:
-        return self.path / "solution"
+        return self.solution_override or self.path / "solution"
 
     @property
     def workdir(self) -> str:
@@ -141,7 +153,9 @@ def load_task(path: Path, *, need_solution: bool = True, sandbox: str = "local",
         name=task_name(path),
         path=path.resolve(),
         config=config,
-        instruction=(path / "instruction.md").read_text(encoding="utf-8"),
+        # A multi-step task's instructions are its steps' (sandlot.tasks.steps).
+        instruction="" if config.steps else
+        (path / "instruction.md").read_text(encoding="utf-8"),
         dockerfile=plan,
         digest=hash_tree(path / "environment"),
     )

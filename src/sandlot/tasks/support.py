@@ -35,9 +35,20 @@ def unsupported(config: TaskConfig, *, oracle: bool,
     if env.os != "linux":
         out.append(Unsupported("environment.os", f"the task targets {env.os} containers; "
                                "sandlot runs Linux only", "drop it from the run (--exclude)"))
-    if config.steps:
-        out.append(Unsupported("steps", f"a multi-step task ({len(config.steps)} steps) is "
-                               "not supported yet", "drop it from the run (--exclude)"))
+    for i, step in enumerate(config.steps or []):
+        if step.verifier.environment is not None:
+            out.append(Unsupported(f"steps[{i}].verifier.environment", "a verifier "
+                                   "environment of its own (an image for a step's tests) is "
+                                   "not supported yet", "drop [steps.verifier.environment]"))
+        mode = step.verifier.environment_mode
+        if mode is not None and mode != (config.verifier.environment_mode or "shared"):
+            out.append(Unsupported(f"steps[{i}].verifier.environment_mode", "a step whose "
+                                   "verifier mode differs from the task's is not supported "
+                                   "yet", "set environment_mode in [verifier] for every "
+                                   "step, or drop the step's"))
+        if step.verifier.collect:
+            out.append(Unsupported(f"steps[{i}].verifier.collect", "collect hooks are not "
+                                   "supported yet", "drop it from the run (--exclude)"))
     out += _wildcards(config)
     verifier = config.verifier
     if verifier.environment is not None:

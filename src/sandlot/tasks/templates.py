@@ -31,8 +31,11 @@ def missing_variables(config: TaskConfig,
                       environ: Mapping[str, str] = os.environ) -> list[MissingVariable]:
     """Every template whose variable is unset and has no default."""
     missing = []
-    for table in ENV_TABLES:
-        for key, value in getattr(config, table).env.items():
+    tables = [(table, getattr(config, table).env) for table in ENV_TABLES]
+    tables += [(f"steps[{i}].verifier", step.verifier.env)
+               for i, step in enumerate(config.steps or [])]
+    for table, env in tables:
+        for key, value in env.items():
             m = TEMPLATE.fullmatch(value)
             if m and m.group(1) not in environ and m.group(2) is None:
                 missing.append(MissingVariable(f"{table}.env.{key}", m.group(1)))
@@ -55,10 +58,14 @@ def fill_templates(config: TaskConfig,
             return m.group(2)
         raise KeyError(m.group(1))
 
-    updates = {}
+    updates: dict[str, object] = {}
     for table in ENV_TABLES:
         section = getattr(config, table)
         filled = {key: fill(value) for key, value in section.env.items()}
         if filled != section.env:
             updates[table] = section.model_copy(update={"env": filled})
+    if config.steps:
+        updates["steps"] = [step.model_copy(update={"verifier": step.verifier.model_copy(
+            update={"env": {k: fill(v) for k, v in step.verifier.env.items()}})})
+            for step in config.steps]
     return config.model_copy(update=updates) if updates else config

@@ -165,6 +165,10 @@ class Viewer:
                 repairs.append({"attempt": None, "folder": rel})
         verifier = trial / "verifier"
         files = _files(trial)
+        steps = [{**step.model_dump(), "folder": f"steps/{step.name}",
+                  "test_stdout": _tail(trial / "steps" / step.name / "verifier"
+                                       / "test_stdout.txt", 16 * 1024)}
+                 for step in (result.steps or [])] if result is not None else []
         return {
             "job": job.name, "trial": trial_name, "task": task, "attempt": attempt,
             "status": slot.status,
@@ -179,6 +183,9 @@ class Viewer:
                 "logs": [f for f in files if f["path"].startswith("verifier/logs/")],
             },
             "repairs": repairs,
+            "steps": steps,
+            "multi_step": result.multi_step.model_dump() if result and result.multi_step
+            else None,
             "trajectory": {"source": traj.source, "n_records": traj.n_records,
                            "n_exchanges": traj.n_exchanges},
             "files": files,

@@ -903,6 +903,34 @@ function integrityBoxes(r) {
   return boxes;
 }
 
+/** A multi-step task's steps (result.json `steps`): each one's reward and outcome, why
+ * the rest were stopped, and each one's test output (its files: steps/<name>/). */
+function taskStepsPane(detail) {
+  const m = detail.multi_step || {};
+  const outcome = (s) => s.error && !(s.reward !== null && s.error.phase === "agent")
+    ? "errored" : s.passed ? "passed" : "failed";
+  const columns = [
+    { label: "step", key: "name" },
+    { label: "reward", key: "reward", num: true, cell: (s) => num(s.reward, 2) },
+    { label: "outcome", cell: (s) => badge(outcome(s)) },
+    { label: "error", cell: (s) => s.error ? `${s.error.kind}: ${s.error.message}` : "—" },
+    { label: "repairs", num: true, cell: (s) => s.attempts?.length
+      ? `${s.attempts.length - 1}${s.repaired ? " (repaired)" : ""}` : "—" },
+    { label: "agent · verify", cell: (s) => `${secs(s.timing?.agent)} · ${secs(s.timing?.verify)}` },
+    { label: "files", cell: (s) => s.folder },
+  ];
+  const notes = [h("p", { class: "muted", text: `${m.n_run} of ${m.n_steps} steps ran; the `
+    + `trial's reward is the ${m.strategy === "final" ? "last step's" : "mean of the steps'"}.` })];
+  if (m.stopped_after) {
+    notes.push(h("div", { class: "errbox" }, h("b", { text: "stopped" }),
+      ` after step ${m.stopped_after}: ${m.stop_reason}`));
+  }
+  return h("div", {}, ...notes, dataTable(columns, detail.steps),
+    ...detail.steps.map((s) => h("details", { class: "panel" },
+      h("summary", { text: `${s.name}: test output` }),
+      tailBlock(`${s.folder}/verifier/test_stdout.txt`, s.test_stdout))));
+}
+
 async function trialPage(job, trial) {
   crumbs({ text: "jobs", href: "#/" }, { text: job, href: `#/job/${enc(job)}` },
     { text: trial });
@@ -912,6 +940,7 @@ async function trialPage(job, trial) {
     h("summary", { text: "instruction" }), h("div", { class: "text",
       style: "white-space: pre-wrap", text: detail.instruction })) : null;
   const tabs = {
+    ...(detail.steps?.length ? { "task steps": () => taskStepsPane(detail) } : {}),
     trajectory: () => stepsPane(job, trial, detail),
     "LLM exchanges": () => exchangesPane(job, trial),
     repairs: () => repairsPane(job, trial, detail),
@@ -932,6 +961,7 @@ async function trialPage(job, trial) {
   }
   for (const name of Object.keys(tabs)) {
     const count = name === "repairs" && detail.repairs.length ? ` (${detail.repairs.length})`
+      : name === "task steps" ? ` (${detail.steps.length}/${detail.multi_step?.n_steps})`
       : name === "LLM exchanges" ? ` (${detail.trajectory.n_exchanges})` : "";
     bar.append(h("button", { "data-tab": name, role: "tab", onclick: () => show(name) },
       name + count));
