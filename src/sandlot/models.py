@@ -184,6 +184,7 @@ class StepResult(BaseModel):
     integrity: Integrity | None = None
     verifier_failure: dict[str, object] | None = None
     network: dict[str, object] | None = None
+    artifacts: list[dict[str, object]] | None = None
 
 
 class MultiStep(BaseModel):
@@ -254,6 +255,10 @@ class TrialResult(BaseModel):
         "failure (reward 0), not an error.")
     counted_attempt: int | None = Field(
         default=None, description="The attempt whose final state the reward scores.")
+    artifacts: list[dict[str, object]] | None = Field(
+        default=None, description="What each `artifacts` entry gave (source, destination "
+        "in the trial folder, type, status, bytes), as artifacts/manifest.json lists it; "
+        "null when nothing was collected.")
     steps: list[StepResult] | None = Field(
         default=None, description="A multi-step task's steps that ran, in order.")
     multi_step: MultiStep | None = None

@@ -73,6 +73,9 @@ class SeparateVerifier:
         self.open_sandbox, self.close_sandbox = open_sandbox, close_sandbox
         self.limits = limits
         self.stop_source: Callable[[Sandbox], Awaitable[None]] | None = None
+        #: Collected artifacts put back at their paths in the verifier's sandbox (copy in
+        #: the trial folder, path inside), as Harbor does (sandlot.artifacts).
+        self.extra_uploads: list[tuple[Path, str]] = []
         self.runs = 0
 
     @override
@@ -91,6 +94,8 @@ class SeparateVerifier:
                          f"carried into the verifier's sandbox: {', '.join(paths)} "
                          f"({report.files} files, {report.bytes} bytes)\n"
                          + ("left out:\n" + report.summary() if report.left_out else ""))
+            for copy, path in self.extra_uploads:
+                await fresh.upload(copy, path)
             if stop is not None:
                 await stop(sandbox)
             return await self.inner.verify(fresh, task, out_dir, timeout_sec,

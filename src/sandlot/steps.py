@@ -78,7 +78,7 @@ def step_record(name: str, result: TrialResult, network: dict[str, object] | Non
         verifier_exit_code=result.verifier_exit_code, agent_info=dict(result.agent_info),
         attempts=list(result.attempts), repaired=result.repaired,
         integrity=result.integrity, verifier_failure=result.verifier_failure,
-        network=network)
+        network=network, artifacts=result.artifacts)
     if not step_scored(record):
         record.passed = False
     return record

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from sandlot.agents.base import Agent, AgentContext, GatewayAccess, is_conversational
+from sandlot.artifacts import artifact_entries, collect_artifacts, collected_uploads
 from sandlot.errors import (
     AGENT_FAULT_KINDS,
     VERIFIER_FAULT_KINDS,
@@ -580,6 +581,28 @@ class _Trial:
         self.copy_budget -= await _collect_agent_logs(
             sandbox, self.out, self.clock, min(AGENT_LOGS_MAX_BYTES, self.copy_budget),
             self.caps_hit)
+        await self._collect_artifacts(sandbox)
+
+    async def _collect_artifacts(self, sandbox: Sandbox) -> None:
+        """What task.toml's `artifacts` list (and /logs/artifacts), copied out before
+        the tests run (sandlot.artifacts), within what the trial may still copy."""
+        entries = artifact_entries(self.task.config.artifacts, self.task.workdir)
+        records, used = await collect_artifacts(sandbox, entries, self.out / "artifacts",
+                                                max(0, self.copy_budget))
+        self.copy_budget -= used
+        if not records:
+            return
+        self.result.artifacts = records
+        where = self.out.relative_to(self.plan.dir) / "artifacts"
+        cut = [r for r in records if r["status"] == "cut"]
+        if cut:
+            self.caps_hit.append(f"artifacts: {', '.join(str(r['source']) for r in cut)} "
+                                 f"cut at the copy-out cap ({where}/manifest.json)")
+        self.clock.log(f"artifacts: {len(records)} collected into {where} ("
+                       + ", ".join(f"{r['source']} {r['status']}" for r in records) + ")")
+        if self.separate is not None:
+            self.separate.extra_uploads = collected_uploads(records, self.out,
+                                                            self.task.workdir)
 
     async def _verify(self, sandbox: Sandbox) -> None:
         """Planted hooks neutralised, then the task's tests score what the agent left."""

@@ -333,10 +333,12 @@ def test_changes_lists_what_the_trial_did_and_restore_puts_the_image_back(run, t
 # -- cleanup and limits, through the real CLI -----------------------------------------------
 
 
-def write_task(root: Path, name: str, tiny: str, solve: str, *, memory_mb: int | None = None
-               ) -> Path:
+def write_task(root: Path, name: str, tiny: str, solve: str, *, memory_mb: int | None = None,
+               storage_mb: int | None = None) -> Path:
     task = root / name
-    limits = f"[environment]\nmemory_mb = {memory_mb}\n" if memory_mb else ""
+    limits = "[environment]\n" if memory_mb or storage_mb else ""
+    limits += f"memory_mb = {memory_mb}\n" if memory_mb else ""
+    limits += f"storage_mb = {storage_mb}\n" if storage_mb else ""
     files = {
         "task.toml": f'version = "1.0"\n[agent]\ntimeout_sec = 120\n[verifier]\n'
                      f"timeout_sec = 60\n{limits}",
@@ -438,6 +440,27 @@ def test_memory_limit_hit_by_the_oracle_is_recorded_as_agent_oom(tmp_path, cache
     assert result["sandbox"] == "docker"
 
 
+def test_a_container_past_its_storage_mb_ends_the_phase_as_disk_limit(tmp_path, cache_dir,
+                                                                      tiny):
+    # Still writing and then idle: the measure while it runs kills it (the agent's
+    # timeout, 120 s, would end it otherwise: agent_timeout, not disk_limit).
+    write_task(tmp_path / "tasks", "filler", tiny,
+               "head -c 40000000 /dev/zero > /app/fill; sleep 300", storage_mb=16)
+    write_task(tmp_path / "tasks", "small", tiny, "head -c 1000000 /dev/zero > /app/fill",
+               storage_mb=16)
+    proc = sandlot("run", str(tmp_path / "tasks"), "--agent", "oracle", "--sandbox", "docker",
+                   "--jobs-dir", str(tmp_path / "jobs"), "--job-name", "disk", "--quiet",
+                   cache_dir=cache_dir)
+    out, _ = proc.communicate(timeout=300)
+    jobs = tmp_path / "jobs" / "disk"
+    result = json.loads((jobs / "filler__1" / "result.json").read_text())
+    assert result["error"] is not None, out
+    assert result["error"]["kind"] == "disk_limit", result["error"]
+    assert result["error"]["phase"] == "agent"
+    small = json.loads((jobs / "small__1" / "result.json").read_text())
+    assert small["error"] is None and small["reward"] == 1.0, small["error"]
+
+
 def test_each_phase_gets_the_network_the_task_asks_for(tmp_path, cache_dir, tiny):
     """Oracle on the engine: the agent phase has an allowlist (its filter in the
     container's namespace; which addresses it lets through is the contract test's, with
@@ -485,6 +508,18 @@ def test_a_multi_step_task_runs_its_steps_in_one_container(tmp_path, cache_dir, 
         ("create", 1.0), ("extend", 1.0), ("finish", 1.0)]
     extend = (trial / "steps" / "extend" / "verifier" / "test_stdout.txt").read_text()
     assert "lines=2 expect=2" in extend and "only-create.txt" not in extend
+
+
+def test_listed_artifacts_are_collected_from_the_container(tmp_path, cache_dir, tiny):
+    from test_artifacts import artifact_task, check_collected
+
+    artifact_task(tmp_path / "tasks", dockerfile=f"FROM {tiny}\nWORKDIR /app\n")
+    proc = sandlot("run", str(tmp_path / "tasks"), "--agent", "oracle", "--sandbox", "docker",
+                   "--jobs-dir", str(tmp_path / "jobs"), "--job-name", "art", "--quiet",
+                   "--max-copy-out-mb", "2", cache_dir=cache_dir)
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, out
+    check_collected(tmp_path / "jobs" / "art" / "collect__1")
 
 
 # -- no engine -------------------------------------------------------------------------------

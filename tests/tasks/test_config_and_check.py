@@ -496,7 +496,7 @@ def test_harbor_schema_keys_are_known_and_typos_name_the_closest(make_task) -> N
     problems = check_task(make_task("harbor", task_toml=toml))
     assert errors(problems) == []
     fields = sorted(p.field or "" for p in problems)
-    assert fields == ["artifacts (line 3)", "environment.healthcheck.retrys (line 23)",
+    assert fields == ["environment.healthcheck.retrys (line 23)",
                       "environment.mcp_servers[0].argz (line 20)"], problems
     by_field = {p.field: p for p in problems}
     assert "did you mean environment.healthcheck.retries" in by_field[
@@ -631,10 +631,9 @@ def test_mcp_servers_and_skills_are_refused_for_agents_not_for_the_oracle(make_t
     assert fields == {"environment.skills_dir (line 2)", "environment.mcp_servers (line 3)"}
 
 
-def test_artifacts_are_a_warning_not_ignored_silently(make_task) -> None:
+def test_artifacts_are_collected_not_warned_about(make_task) -> None:
     problems = check_task(make_task("art", task_toml='artifacts = ["/app/out"]\n'))
-    [warning] = [p for p in problems if p.file == "task.toml"]
-    assert warning.severity == "warning" and "not collected" in warning.message
+    assert [p for p in problems if p.file == "task.toml"] == []
 
 
 def test_trusted_paths_must_be_absolute(make_task) -> None:

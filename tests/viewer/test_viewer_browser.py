@@ -304,3 +304,30 @@ def test_a_multi_step_trial_shows_each_step_and_why_the_rest_stopped(tmp_path, t
         assert "lines=1 expect=2" in page.locator("body").inner_text()
         shot(tab, artifacts, "13-multi-step-trial")
     assert tab.errors == []
+
+
+def test_a_trials_artifacts_are_listed_and_open(tmp_path, tab, artifacts):
+    job = tmp_path / "jobs" / "art"
+    write_config(job, ["collect"])
+    result = write_result(job, "collect", reward=1.0)
+    result["artifacts"] = [
+        {"source": "/var/log/app", "destination": "artifacts/var/log/app", "type": "directory",
+         "status": "ok", "bytes": 8, "left_out": 0, "note": None, "exclude": []},
+        {"source": "/app/big.bin", "destination": "artifacts/app/big.bin", "type": "file",
+         "status": "cut", "bytes": 0, "left_out": 1, "note": "3000000 bytes, past the budget",
+         "exclude": []}]
+    write_json(job / "collect__1" / "result.json", result)
+    log = job / "collect__1" / "artifacts" / "var" / "log" / "app" / "a.log"
+    log.parent.mkdir(parents=True)
+    log.write_text("started the app\n")
+    page = tab.page
+    with viewer_process(job.parent) as url:
+        page.goto(f"{url}#/job/art/trial/collect__1")
+        page.click("button[data-tab='artifacts']")
+        page.wait_for_selector("table.data tbody tr")
+        table = page.locator("table.data").first.inner_text()
+        assert "/var/log/app" in table and "cut" in table and "past the budget" in table
+        page.click("text=artifacts/var/log/app/a.log")
+        page.wait_for_selector("pre:has-text('started the app')")
+        shot(tab, artifacts, "14-artifacts")
+    assert tab.errors == []

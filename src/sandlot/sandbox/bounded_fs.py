@@ -18,7 +18,7 @@ import errno
 import os
 import stat
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -149,7 +149,9 @@ def read_regular(root: Path, path: str, max_bytes: int) -> bytes | None:
     fds: list[int] = []
     try:
         try:
-            fds.append(os.open(root, _DIR_FLAGS))
+            # `root` is the caller's and may itself be a link (/proc/<pid>/root):
+            # followed; nothing below it is.
+            fds.append(os.open(root, _DIR_FLAGS & ~os.O_NOFOLLOW))
             for part in parts[:-1]:
                 fds.append(os.open(part, _DIR_FLAGS, dir_fd=fds[-1]))
             fds.append(os.open(parts[-1], _FILE_FLAGS, dir_fd=fds[-1]))
@@ -236,16 +238,26 @@ class Export:
 
 
 def export_tree(src: Path, dest: Path, max_bytes: int,
-                limits: WalkLimits = DEFAULT_WALK_LIMITS) -> Export:
+                limits: WalkLimits = DEFAULT_WALK_LIMITS,
+                exclude: Callable[[str], bool] | None = None) -> Export:
     """Copy the agent's folder `src` (its last component not followed) to `dest` as
     plain data, at most `max_bytes` of file contents: folders and regular files (mode
     bits 0o755 at most, no setuid), every link a note of its target, FIFOs, sockets and
     devices left out, a file past the budget left out whole. What was left out is in the
-    returned Export's notes; a walk cap stops the copy there (what was copied stays)."""
+    returned Export's notes; a walk cap stops the copy there (what was copied stays).
+    `exclude(path)` true skips an entry ("/a/b"), a folder with all below it."""
     report = Export()
     dest.mkdir(parents=True, exist_ok=True)
+    skipped: list[str] = []
     try:
         for entry in walk(src, limits):
+            if exclude is not None:
+                if any(entry.path.startswith(f"{s}/") for s in skipped):
+                    continue
+                if exclude(entry.path):
+                    if entry.is_dir:
+                        skipped.append(entry.path)
+                    continue
             target = dest / entry.path.lstrip("/")
             try:
                 _export_entry(entry, target, max_bytes, report)

@@ -64,6 +64,7 @@ from sandlot.sandbox.docker_engine import (
     proc_visible,
     wait_pid_exit,
 )
+from sandlot.sandbox.docker_storage import StorageWatch, writable_layer_bytes
 from sandlot.sandbox.local import resolve_inside
 from sandlot.sandbox.procutil import CappedReader
 from sandlot.sandbox.seccomp import sandbox_filter_program
@@ -126,12 +127,14 @@ class DockerProcess:
     it leaves running when it exits lives on."""
 
     def __init__(self, sandbox: DockerSandbox, stream: ExecStream, mark: str, pid: int,
-                 before: tuple[int, int]) -> None:
+                 before: tuple[int, int], disk_before: int) -> None:
         self._sandbox = sandbox
         self._stream = stream
         self._mark = mark
         self._pid = pid
         self._before = before
+        self._disk_before = disk_before
+        self._filled_disk = False
         self.stdin = stream.stdin
         self.stdout = stream.stdout
         self.stderr = stream.stderr
@@ -150,6 +153,8 @@ class DockerProcess:
         finally:
             if not exited:
                 await asyncio.shield(self._sandbox._reap(self._mark))
+            self._filled_disk = await asyncio.shield(
+                self._sandbox._command_ended(self._mark, self._disk_before))
             self._returncode = await self._sandbox._exit_code(self._stream.exec_id)
             # The rest of its output is already on its way: let it arrive, then hang up
             # (a process it left running may hold the stream open).
@@ -174,6 +179,8 @@ class DockerProcess:
         self._stream.close()
 
     def limit_hit(self) -> LimitKind | None:
+        if self._filled_disk:
+            return "disk"
         counters = self._sandbox._counters
         return limit_between(self._before, counters.read()) if counters else None  # type: ignore[return-value]
 
@@ -194,6 +201,10 @@ class DockerSandbox:
         self._pid = 0
         self._pidns: str | None = None
         self._counters: CgroupCounters | None = None
+        #: storage_mb, kept by measuring (docker_storage); None without one.
+        self._storage: StorageWatch | None = None
+        #: The marks of the commands running in the main container now.
+        self._running: set[str] = set()
         self._services: list[str] = []
         self._networks: list[str] = []
         self._volumes: list[str] = []
@@ -328,6 +339,9 @@ class DockerSandbox:
             self._pidns = os.readlink(f"/proc/{self._pid}/ns/pid")
             await self._settle_entrypoint()
             self._counters = CgroupCounters.of(self._pid)
+            if self.spec.storage_mb:
+                self._storage = StorageWatch(self._writable_layer, self.spec.storage_mb << 20,
+                                             self._kill_running)
             for folder in (self.spec.workdir, *self.spec.binds.values(), *self.spec.folders):
                 await self._mkdir(folder)
             await self._pin_mount_points()
@@ -460,6 +474,8 @@ class DockerSandbox:
     @override
     async def stop(self) -> None:
         self._stopped = True
+        if self._storage is not None:
+            await self._storage.close()
         container, self._container = self._container, None
         targets = ([container] if container else []) + self._services
         self._services = []
@@ -540,6 +556,33 @@ class DockerSandbox:
         return f"/proc/{self._pid}/ns/net"
 
     # -- exec ----------------------------------------------------------------------------
+
+    async def _writable_layer(self) -> int | None:
+        """The engine's size of the main container's writable layer (None: no answer)."""
+        api, container = self.engine.api, self._container
+        if container is None:
+            return None
+
+        def inspect_sized() -> Any:
+            return api._result(api._get(api._url("/containers/{0}/json", container),
+                                        params={"size": True}), True)
+        try:
+            return writable_layer_bytes(await self.engine.call(inspect_sized))
+        except Exception:
+            return None
+
+    async def _kill_running(self) -> None:
+        for mark in list(self._running):
+            await self.engine.call(kill_marked, mark, self._pidns)
+
+    def _command_started(self, mark: str) -> int:
+        self._running.add(mark)
+        return self._storage.started() if self._storage is not None else 0
+
+    async def _command_ended(self, mark: str, disk_before: int) -> bool:
+        """True when the container's writable layer passed storage_mb meanwhile."""
+        self._running.discard(mark)
+        return await self._storage.ended(disk_before) if self._storage is not None else False
 
     def _check_running(self) -> str:
         if self._container is None:
@@ -659,8 +702,14 @@ class DockerSandbox:
         counters = self._counters if main else None
         before = counters.read() if counters else (0, 0)
         started = time.monotonic()
-        stream, pid = await self._start_exec(container, argv, self._marked(env, token), cwd,
-                                             user, stdin is not None)
+        disk_before = self._command_started(mark) if main else 0
+        try:
+            stream, pid = await self._start_exec(container, argv, self._marked(env, token),
+                                                 cwd, user, stdin is not None)
+        except BaseException:
+            if main:
+                await self._command_ended(mark, disk_before)
+            raise
         feeder = asyncio.ensure_future(self._feed(stream, stdin))
         out = CappedReader(stream.stdout, max_output_bytes)
         err = CappedReader(stream.stderr, max_output_bytes)
@@ -678,12 +727,14 @@ class DockerSandbox:
             if not (finished and main):  # timed out, cancelled, or a service's command
                 pidns = self._pidns if main else await self._pidns_of(container)
                 await asyncio.shield(self.engine.call(kill_marked, mark, pidns))
+            filled = main and await asyncio.shield(self._command_ended(mark, disk_before))
         try:
             stdout, stderr = await _collect(out, err)
         finally:
             stream.close()
         code = None if timed_out else await self._exit_code(stream.exec_id)
-        limit = limit_between(before, counters.read()) if counters else None
+        limit = "disk" if filled else (
+            limit_between(before, counters.read()) if counters else None)
         return ExecResult(
             stdout=stdout.decode(errors="replace"), stderr=stderr.decode(errors="replace"),
             exit_code=code, duration_sec=time.monotonic() - started, timed_out=timed_out,
@@ -709,7 +760,13 @@ class DockerSandbox:
                    "mounts": {inside: str(host) for inside, host in mounts.items()}}
         before = self._counters.read() if self._counters else (0, 0)
         started = time.monotonic()
-        proc = await _start_join(request, output=True)
+        mark = f"{EXEC_MARK}={token}"
+        disk_before = self._command_started(mark)
+        try:
+            proc = await _start_join(request, output=True)
+        except BaseException:
+            await self._command_ended(mark, disk_before)
+            raise
         out = CappedReader(proc.stdout, max_output_bytes)
         err = CappedReader(proc.stderr, max_output_bytes)
         timed_out = False
@@ -723,12 +780,13 @@ class DockerSandbox:
                 with contextlib.suppress(ProcessLookupError):
                     proc.kill()
                 await asyncio.shield(proc.wait())
-            await asyncio.shield(self.engine.call(kill_marked, f"{EXEC_MARK}={token}",
-                                                  self._pidns))
+            await asyncio.shield(self.engine.call(kill_marked, mark, self._pidns))
+            filled = await asyncio.shield(self._command_ended(mark, disk_before))
         stdout, stderr = await _collect(out, err)
         if proc.returncode == container_join.EXIT_SETUP and b"sandlot: cannot" in stderr:
             raise SandboxError(stderr.decode(errors="replace").strip().splitlines()[-1])
-        limit = limit_between(before, self._counters.read()) if self._counters else None
+        limit = "disk" if filled else (
+            limit_between(before, self._counters.read()) if self._counters else None)
         return ExecResult(
             stdout=stdout.decode(errors="replace"), stderr=stderr.decode(errors="replace"),
             exit_code=None if timed_out else proc.returncode,
@@ -766,11 +824,17 @@ class DockerSandbox:
             raise ContainerExited(await self._gone_message())
         await self._set_network(network)
         token = secrets.token_hex(12)
+        mark = f"{EXEC_MARK}={token}"
         before = self._counters.read() if self._counters else (0, 0)
-        stream, pid = await self._start_exec(container, command, self._marked(env, token),
-                                             cwd or self.spec.workdir, user, True,
-                                             stream_limit)
-        return DockerProcess(self, stream, f"{EXEC_MARK}={token}", pid, before)
+        disk_before = self._command_started(mark)
+        try:
+            stream, pid = await self._start_exec(container, command, self._marked(env, token),
+                                                 cwd or self.spec.workdir, user, True,
+                                                 stream_limit)
+        except BaseException:
+            await self._command_ended(mark, disk_before)
+            raise
+        return DockerProcess(self, stream, mark, pid, before, disk_before)
 
     # -- files ---------------------------------------------------------------------------
 

@@ -165,13 +165,6 @@ def _check_toml(task: str, path: Path, oracle: bool = True) -> list[Problem]:
         line = _field_line(text, gap.field)
         where = f"{gap.field} (line {line})" if line else gap.field
         problems.append(Problem(task, "task.toml", where, gap.reason, gap.fix))
-    if config.artifacts:
-        line = _key_line(text, ("artifacts",))
-        problems.append(Problem(task, "task.toml", f"artifacts (line {line})" if line
-                                else "artifacts", "artifacts are not collected yet (the "
-                                "trial runs and is scored without them)",
-                                "copy what you need to /logs/agent, which is collected",
-                                "warning"))
     for gap in missing_variables(config):
         line = _key_line(text, tuple(gap.field.split(".")))
         where = f"{gap.field} (line {line})" if line else gap.field

@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import difflib
 import re
+from pathlib import PurePosixPath
 from typing import Annotated, Literal
 
 from pydantic import (
@@ -192,9 +193,34 @@ class SolutionSection(_Section):
     env: dict[str, str] = Field(default_factory=dict)
 
 
+def _artifact_source(value: str) -> str:
+    if any(part == ".." for part in PurePosixPath(value).parts):
+        raise PydanticCustomError("artifact_source", "an artifact's source must not "
+                                  "contain '..' (it names a path in the sandbox)")
+    if not value.strip():
+        raise PydanticCustomError("artifact_source", "an artifact's source is empty")
+    return value
+
+
+def _artifact_destination(value: str | None) -> str | None:
+    """Harbor's rules: a relative path under the trial's artifacts folder, forward
+    slashes, no '..', not the manifest's own name."""
+    if not value:
+        return None
+    path = PurePosixPath(value)
+    if "\\" in value or path.is_absolute() or any(part == ".." for part in path.parts):
+        raise PydanticCustomError("artifact_destination", "an artifact's destination is "
+                                  "a relative path with forward slashes and no '..' (it "
+                                  "goes under the trial's artifacts folder)")
+    if value.rstrip("/") == "manifest.json":
+        raise PydanticCustomError("artifact_destination", "the destination manifest.json "
+                                  "is the collection's own manifest: choose another name")
+    return value
+
+
 class ArtifactSection(_Section):
-    source: str
-    destination: str | None = None
+    source: Annotated[str, AfterValidator(_artifact_source)]
+    destination: Annotated[str | None, AfterValidator(_artifact_destination)] = None
     exclude: list[str] = Field(default_factory=list)
     service: str | None = None
 
@@ -209,6 +235,15 @@ def _step_name(value: object) -> object:
 FiniteFloat = Annotated[float, BeforeValidator(_not_a_bool), Field(allow_inf_nan=False)]
 
 
+def _artifact_table(value: object) -> object:
+    """`"/var/log/x"` is short for `{ source = "/var/log/x" }`."""
+    return {"source": value} if isinstance(value, str) else value
+
+
+#: An `artifacts` entry: a path, or a table with its destination and exclusions.
+ArtifactItem = Annotated[ArtifactSection, BeforeValidator(_artifact_table)]
+
+
 class StepSection(_Section):
     name: Annotated[str, AfterValidator(_step_name)]
     agent: AgentSection = Field(default_factory=AgentSection)
@@ -216,7 +251,7 @@ class StepSection(_Section):
     #: Stop the steps after this one unless its rewards reach it (a number: `reward`).
     min_reward: FiniteFloat | dict[str, FiniteFloat] | None = None
     healthcheck: HealthcheckSection | None = None
-    artifacts: list[str | ArtifactSection] = Field(default_factory=list)
+    artifacts: list[ArtifactItem] = Field(default_factory=list)
 
 
 class AuthorSection(_Section):
@@ -250,7 +285,7 @@ class TaskConfig(_Section):
     solution: SolutionSection = Field(default_factory=SolutionSection)
     multi_step_reward_strategy: Literal["mean", "final"] | None = None
     steps: list[StepSection] | None = None
-    artifacts: list[str | ArtifactSection] = Field(default_factory=list)
+    artifacts: list[ArtifactItem] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _unique_step_names(self) -> TaskConfig:

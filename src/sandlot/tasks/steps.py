@@ -9,7 +9,7 @@
 
 A step's `[steps.agent]` and `[steps.verifier]` keys override the task's `[agent]` and
 `[verifier]` (the verifier's env is merged, the step's winning); what a step does not
-set is the task's.
+set is the task's. A step collects the task's `artifacts` and its own.
 """
 
 from __future__ import annotations
@@ -34,7 +34,8 @@ def merged_config(config: TaskConfig, step: StepSection) -> TaskConfig:
                      for key in step.verifier.model_fields_set if key != "env"}
     verifier = config.verifier.model_copy(update={
         **verifier_keys, "env": {**config.verifier.env, **step.verifier.env}})
-    return config.model_copy(update={"agent": agent, "verifier": verifier})
+    return config.model_copy(update={"agent": agent, "verifier": verifier,
+                                     "artifacts": [*config.artifacts, *step.artifacts]})
 
 
 def step_task(task: Task, step: StepSection) -> Task:

@@ -50,6 +50,16 @@ def unsupported(config: TaskConfig, *, oracle: bool,
             out.append(Unsupported(f"steps[{i}].verifier.collect", "collect hooks are not "
                                    "supported yet", "drop it from the run (--exclude)"))
     out += _wildcards(config)
+    listed = [("artifacts", i, a) for i, a in enumerate(config.artifacts)]
+    listed += [(f"steps[{s}].artifacts", i, a) for s, step in enumerate(config.steps or [])
+               for i, a in enumerate(step.artifacts)]
+    for where, i, item in listed:
+        service = getattr(item, "service", None)
+        if service not in (None, "main"):
+            out.append(Unsupported(f"{where}[{i}].service", f"artifacts from the compose "
+                                   f"service {service!r} are not collected yet (only the "
+                                   "main sandbox's)", "collect them into the main sandbox "
+                                   "(a shared volume), or drop the entry"))
     verifier = config.verifier
     if verifier.environment is not None:
         out.append(Unsupported("verifier.environment", "a verifier environment of its own "

@@ -931,6 +931,45 @@ function taskStepsPane(detail) {
       tailBlock(`${s.folder}/verifier/test_stdout.txt`, s.test_stdout))));
 }
 
+/** What the task's `artifacts` gave (result.json `artifacts`; a step's are in its own
+ * folder): each entry's source, how it went, and the files it left in the trial folder,
+ * each one a link that opens it below. */
+function artifactsPane(job, trial, detail) {
+  const rows = (detail.result?.artifacts || []).map((a) => ({ ...a, where: a.destination }));
+  for (const s of detail.steps || []) {
+    for (const a of s.artifacts || []) {
+      rows.push({ ...a, step: s.name, where: `${s.folder}/${a.destination}` });
+    }
+  }
+  const viewer = h("div");
+  const open = (path) => viewer.replaceChildren(fileViewer(job, trial, path));
+  const filesOf = (where) => detail.files.filter((f) => f.path === where
+    || f.path.startsWith(`${where}/`));
+  const columns = [
+    ...(detail.steps?.length ? [{ label: "step", key: "step" }] : []),
+    { label: "source", key: "source", cell: (a) => h("code", { text: a.source }) },
+    { label: "status", key: "status", cell: (a) => badge(a.status) },
+    { label: "bytes", key: "bytes", num: true, cell: (a) => (a.bytes ?? 0).toLocaleString() },
+    { label: "in the trial folder", cell: (a) => {
+      const files = filesOf(a.where);
+      if (!files.length) return h("span", { class: "muted", text: a.where });
+      return h("div", {}, ...files.slice(0, 20).map((f) => h("div", {}, h("a", {
+        href: "javascript:void 0", text: f.path, onclick: () => open(f.path) }))),
+        files.length > 20 ? h("div", { class: "muted small",
+          text: `and ${files.length - 20} more (files tab)` }) : null);
+    } },
+    { label: "note", cell: (a) => a.note || (a.exclude?.length
+      ? `excluding ${a.exclude.join(", ")}` : "—") },
+  ];
+  return h("div", {}, h("p", { class: "muted small", text: "Copied out of the sandbox "
+    + "after the agent's turn, before the tests: links are notes, never followed; what "
+    + "passed the trial's copy-out budget is left out (status cut)." }),
+    dataTable(columns, rows, { empty: "No artifacts." }), viewer);
+}
+
+const nArtifacts = (detail) => (detail.result?.artifacts?.length || 0)
+  + (detail.steps || []).reduce((n, s) => n + (s.artifacts?.length || 0), 0);
+
 async function trialPage(job, trial) {
   crumbs({ text: "jobs", href: "#/" }, { text: job, href: `#/job/${enc(job)}` },
     { text: trial });
@@ -942,6 +981,7 @@ async function trialPage(job, trial) {
   const tabs = {
     ...(detail.steps?.length ? { "task steps": () => taskStepsPane(detail) } : {}),
     trajectory: () => stepsPane(job, trial, detail),
+    ...(nArtifacts(detail) ? { artifacts: () => artifactsPane(job, trial, detail) } : {}),
     "LLM exchanges": () => exchangesPane(job, trial),
     repairs: () => repairsPane(job, trial, detail),
     verifier: () => verifierPane(detail),
@@ -962,6 +1002,7 @@ async function trialPage(job, trial) {
   for (const name of Object.keys(tabs)) {
     const count = name === "repairs" && detail.repairs.length ? ` (${detail.repairs.length})`
       : name === "task steps" ? ` (${detail.steps.length}/${detail.multi_step?.n_steps})`
+      : name === "artifacts" ? ` (${nArtifacts(detail)})`
       : name === "LLM exchanges" ? ` (${detail.trajectory.n_exchanges})` : "";
     bar.append(h("button", { "data-tab": name, role: "tab", onclick: () => show(name) },
       name + count));
