@@ -123,11 +123,12 @@ async def collect_artifacts(sandbox: Sandbox, entries: Sequence[ArtifactEntry],
 
 async def _collect_one(sandbox: Sandbox, entry: ArtifactEntry, target: Path,
                        budget: int) -> _Collected:
-    try:
-        root = Path(sandbox.host_path("/"))  # type: ignore[attr-defined]
-        src = Path(sandbox.host_path(entry.source))  # type: ignore[attr-defined]
-    except AttributeError:
+    host_path = getattr(sandbox, "host_path", None)
+    if host_path is None:  # no host view: an engine on another machine
         return await _download_one(sandbox, entry, target, budget)
+    try:
+        root = Path(host_path("/"))
+        src = Path(host_path(entry.source))
     except SandboxError as exc:
         return _Collected("failed", note=str(exc))
     return await asyncio.to_thread(_export, root, src, entry, target, budget)
