@@ -210,10 +210,11 @@ def _fail_preflight(console: Console, problems: list[str], model_checked: bool) 
 
 @app.command(epilog=run_epilog())
 def run(
-    tasks_dir: Annotated[Path, typer.Argument(help="A task folder or a folder of tasks.")],
     agent: Annotated[str, typer.Option(
         "--agent", "-a", help="Agent name (see `sandlot agents list`), acp:\"<command>\" or "
         "module:Class.")],
+    tasks_dirs: Annotated[list[Path] | None, typer.Argument(
+        metavar="TASKS", help="Task folders or folders of tasks (and/or -d).")] = None,
     redact_env: Annotated[list[str] | None, typer.Option(
         help="Env var whose value is a secret: replaced by [REDACTED:NAME] in everything "
         "under jobs/ (repeatable; also $SANDLOT_REDACT_ENV=A,B).")] = None,
@@ -248,11 +249,25 @@ def run(
         help="Job folder name; reuse it to resume. Default: a timestamp.")] = None,
     max_retries: Annotated[int, typer.Option(min=0,
                                              help="Extra tries for infrastructure errors.")] = 0,
+    dataset: Annotated[list[str] | None, typer.Option(
+        "--dataset", "-d", help="NAME or NAME@VERSION of a dataset in a registry: its "
+        "tasks are fetched into the cache at their recorded commits and run (repeatable; "
+        "no version: the newest). See `sandlot datasets list`.")] = None,
+    registry_path: Annotated[list[Path] | None, typer.Option(
+        help="A registry file (Harbor's registry.json format) to look datasets up in; "
+        "consulted before any --registry-url (repeatable; the first that has a name "
+        "answers).")] = None,
+    registry_url: Annotated[list[str] | None, typer.Option(
+        help="A registry's URL (repeatable). Default, when neither this nor "
+        "--registry-path is given: Harbor's public registry.")] = None,
     include: Annotated[list[str] | None, typer.Option(
-        "--include", "-i", help="Glob on task names (repeatable).")] = None,
+        "--include", "-i", "--task-name", help="Glob on task names (repeatable).")] = None,
     exclude: Annotated[list[str] | None, typer.Option(
-        "--exclude", "-x", help="Glob on task names to skip (repeatable).")] = None,
-    n_tasks: Annotated[int | None, typer.Option(min=1, help="Run only the first N tasks.")] = None,
+        "--exclude", "-x", "--exclude-task-name",
+        help="Glob on task names to skip (repeatable).")] = None,
+    n_tasks: Annotated[int | None, typer.Option(
+        "--n-tasks", "-l", min=1, help="Run only the first N tasks (folders' first, then "
+        "datasets'; only those are fetched).")] = None,
     timeout_multiplier: Annotated[float, typer.Option(
         "--timeout-multiplier", "--override-timeout-multiplier",
         min=0.001, help="Scales every timeout of every task (recorded; a resume with "
@@ -335,13 +350,18 @@ def run(
     from sandlot.models import JobConfig
     from sandlot.report.table import end_of_run
     from sandlot.sandbox import create_backend, parse_build_args, parse_image_overrides
-    from sandlot.tasks import check_tasks, discover_tasks, load_task_or_invalid
+    from sandlot.tasks import check_tasks
     from sandlot.tasks.loader import hash_tree
     from sandlot.tasks.overrides import ResourceOverrides
 
     console = make_console(stderr=json_events or json_summary)  # stdout is for the JSON
-    if not _is_dir(tasks_dir):
-        raise _fail(console, f"{str(tasks_dir)[:300]} is not a folder")
+    folders = list(tasks_dirs or [])
+    if not folders and not dataset:
+        raise _fail(console, "no tasks named: give a task folder (or a folder of tasks), "
+                    "or a dataset with -d NAME[@VERSION]")
+    for folder in folders:
+        if not _is_dir(folder):
+            raise _fail(console, f"{str(folder)[:300]} is not a folder")
     if agent_network not in (None, "none", "public"):
         raise _fail(console, f"--agent-network must be none or public, not {agent_network!r}")
     from sandlot.agents.acp_registry import AgentCatalog
@@ -374,25 +394,36 @@ def run(
     route = None
     if model is not None:
         route = _route_config(console, model, api_base, api_key_env,
-                              _scripts_dirs(scripts_dir, tasks_dir))
+                              _scripts_dirs(scripts_dir, folders[0] if folders else None))
     elif getattr(create_agent(agent, None, catalog), "needs_gateway", False):
         raise _fail(console, f"agent {agent!r} calls a model: pass --model provider/model "
                     "(e.g. scripted/solver for a dry run, openai/gpt-4.1)")
 
-    problems: list[str] = []  # preflight: each one line, all of them said at once
-    paths = discover_tasks(tasks_dir, include, exclude, n_tasks)
-    if not paths:
-        problems.append(f"no tasks selected in {tasks_dir}: a task is a folder holding "
+    from sandlot.job_tasks import DatasetRequest, gather_tasks
+
+    gathered = gather_tasks(folders, DatasetRequest(dataset or [], registry_path or [],
+                                                    registry_url or []),
+                            cache, include, exclude, n_tasks, console)
+    problems: list[str] = list(gathered.problems)  # preflight: all said at once
+    if not gathered.tasks and not problems:
+        where = ", ".join(str(f) for f in folders) + (", " if folders and dataset else "") + \
+            ", ".join(dataset or [])
+        problems.append(f"no tasks selected in {where}: a task is a folder holding "
                         "task.toml (check --include/--exclude)")
+    paths = [t.folder for t in gathered.tasks if t.folder is not None]
     problems_in_tasks = check_tasks(paths, need_solution=agent == "oracle", sandbox=sandbox)
     _print_warning_groups(console, [p for p in problems_in_tasks if p.severity == "warning"])
     overrides = ResourceOverrides(override_cpus, override_memory_mb, override_storage_mb)
-    tasks = [overrides.apply(load_task_or_invalid(p, need_solution=agent == "oracle",
-                                                  sandbox=sandbox, build_args=build_args))
-             for p in paths]
+    tasks = [overrides.apply(_load_job_task(t, need_solution=agent == "oracle",
+                                            sandbox=sandbox, build_args=build_args))
+             for t in gathered.tasks]
     invalid = [t for t in tasks if not t.is_valid]
     if invalid:
         _print_problems(console, [p for p in problems_in_tasks if p.severity == "error"])
+        for lost in gathered.tasks:
+            if lost.problem is not None:
+                console.print(f"[red]error[/] {escape(lost.name)}: {escape(lost.problem)}",
+                              soft_wrap=True)
         console.print(f"[yellow]{len(invalid)} of {len(tasks)} tasks cannot run: their "
                       "trials end as task_invalid, the others run (see `sandlot tasks "
                       "check`)[/]")
@@ -423,7 +454,10 @@ def run(
     config = JobConfig(
         job_name=job_name or datetime.now().strftime("%Y-%m-%d__%H-%M-%S"),
         agent_version=agent_version,
-        tasks_dir=str(tasks_dir.resolve()), task_names=[t.name for t in tasks], agent=agent,
+        tasks_dir=str(folders[0].resolve()) if folders else None,
+        task_names=[t.name for t in tasks], agent=agent,
+        task_paths={t.name: str(t.path) for t in tasks},
+        task_sources={t.name: t.source for t in tasks if t.source is not None},
         model=model, n_attempts=n_attempts, n_concurrent=n_concurrent, max_retries=max_retries,
         timeout_multiplier=timeout_multiplier, agent_network=agent_network,  # type: ignore[arg-type]
         override_cpus=override_cpus, override_memory_mb=override_memory_mb,
@@ -433,7 +467,7 @@ def run(
         repair_template=template_text, redact_env=_redact_names(redact_env),
         sandbox=sandbox, max_copy_out_mb=max_copy_out_mb, jobs_dir=str(jobs_root),
         verifier_mode=verifier_mode,
-        task_digests={t.name: hash_tree(t.path) for t in tasks},
+        task_digests={t.name: hash_tree(t.path) for t in tasks if t.path.is_dir()},
     )
     gateway = None
     if route is not None:
@@ -443,7 +477,7 @@ def run(
         gateway = Gateway(Router(route))
     from sandlot.display import make_display
 
-    masked = (tasks_dir.resolve(), jobs_root, cache)
+    masked = (*(f.resolve() for f in folders), jobs_root, cache)
     console.print(f"[bold]sandlot[/] job [cyan]{escape(config.job_name)}[/]: {len(tasks)} tasks "
                   f"× {n_attempts} attempts, agent {escape(agent)}, sandbox {sandbox}, "
                   f"-n {n_concurrent} → {jobs_root / config.job_name}")
@@ -585,15 +619,35 @@ def _read_template(console: Console, path: Path) -> str:
     return text
 
 
-def _scripts_dirs(given: list[Path] | None, tasks_dir: Path) -> list[Path]:
+def _load_job_task(job_task, *, need_solution: bool, sandbox: str,  # type: ignore[no-untyped-def]
+                   build_args: dict[str, str]):
+    """The Task to run for one gathered task, carrying its source; a dataset's task that
+    could not be fetched is an invalid Task naming why."""
+    import dataclasses
+
+    from sandlot.tasks.config import TaskConfig
+    from sandlot.tasks.loader import Task, load_task_or_invalid
+
+    if job_task.folder is None:
+        return Task(name=job_task.name, path=Path("/nonexistent") / job_task.name,
+                    config=TaskConfig(), instruction="", dockerfile=None, digest="",
+                    problems=(job_task.problem or "its folder could not be fetched",),
+                    source=job_task.source)
+    task = load_task_or_invalid(job_task.folder, need_solution=need_solution,
+                                sandbox=sandbox, build_args=build_args)
+    return dataclasses.replace(task, source=job_task.source)
+
+
+def _scripts_dirs(given: list[Path] | None, tasks_dir: Path | None) -> list[Path]:
     import os
 
     dirs = list(given or [])
     if env := os.environ.get("SANDLOT_SCRIPTS_DIR"):
         dirs += [Path(p) for p in env.split(os.pathsep) if p]
-    dirs += [tasks_dir / "scripted", tasks_dir.parent / "scripted"]
-    if (tasks_dir / "task.toml").is_file():  # one task: look beside its folder of tasks too
-        dirs.append(tasks_dir.parent.parent / "scripted")
+    if tasks_dir is not None:
+        dirs += [tasks_dir / "scripted", tasks_dir.parent / "scripted"]
+        if (tasks_dir / "task.toml").is_file():  # one task: beside its folder of tasks too
+            dirs.append(tasks_dir.parent.parent / "scripted")
     return [d.resolve() for d in dirs]
 
 

@@ -100,6 +100,16 @@ def config_differences(old: JobConfig, new: JobConfig) -> list[str]:
     for key in sorted(set(a) | set(b)):
         if key in RESUMABLE_SETTINGS or a.get(key) == b.get(key):
             continue
+        if key == "task_sources":
+            changed = sorted(t for t in set(a[key]) | set(b[key])
+                             if a[key].get(t) != b[key].get(t))
+            if changed:
+                out.append("tasks come from elsewhere than when the job started (dataset, "
+                           "registry, repository, commit or path): " + ", ".join(
+                               f"{t} ({_source_line(a[key].get(t))} -> "
+                               f"{_source_line(b[key].get(t))})" for t in changed[:5])
+                           + (f" and {len(changed) - 5} more" if len(changed) > 5 else ""))
+            continue
         if key == "task_digests":
             changed = sorted(t for t in set(a[key]) & set(b[key]) if a[key][t] != b[key][t])
             if changed:
@@ -107,6 +117,14 @@ def config_differences(old: JobConfig, new: JobConfig) -> list[str]:
             continue
         out.append(f"{key}: was {a.get(key)!r}, now {b.get(key)!r}")
     return out
+
+
+def _source_line(source: dict[str, object] | None) -> str:
+    if source is None:
+        return "a folder"
+    commit = str(source.get("git_commit_id") or "")[:12]
+    return (f"{source['dataset']}@{source['version']} {source.get('git_url') or ''}"
+            f"{'@' + commit if commit else ''}:{source['path']}")
 
 
 def prepare_job_dir(config: JobConfig) -> Path:

@@ -22,7 +22,28 @@ def utc_now() -> str:
 
 
 #: JobConfig settings a resumed job may change without changing what it measures.
-RESUMABLE_SETTINGS: frozenset[str] = frozenset({"n_concurrent", "max_retries", "jobs_dir"})
+#: task_paths: where the same tasks sit (task_digests and task_sources check they are).
+RESUMABLE_SETTINGS: frozenset[str] = frozenset(
+    {"n_concurrent", "max_retries", "jobs_dir", "task_paths"})
+
+
+class TaskSource(BaseModel):
+    """Where a task came from when a dataset named it (`-d NAME[@VERSION]`): enough to
+    fetch exactly the same files again, and to tell two results' tasks apart."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    dataset: str = Field(description="The dataset's name in its registry.")
+    version: str = Field(description="The dataset's version that ran.")
+    version_from: Literal["given", "newest"] = Field(
+        description="`given` (NAME@VERSION) or `newest` (NAME alone: the newest was taken).")
+    registry: str = Field(description="The registry (URL or file) that answered for it.")
+    task: str = Field(description="The task's name in the registry.")
+    git_url: str | None = Field(
+        default=None, description="The task's repository; null for a folder on this machine.")
+    git_commit_id: str | None = Field(
+        default=None, description="The full id of the commit the task's files came from.")
+    path: str = Field(description="The task's folder inside its repository.")
 
 
 class JobConfig(BaseModel):
@@ -32,7 +53,14 @@ class JobConfig(BaseModel):
 
     schema_version: int = SCHEMA_VERSION
     job_name: str = Field(description="Folder name under jobs_dir; reuse it to resume.")
-    tasks_dir: str = Field(description="Absolute path of the folder of tasks.")
+    tasks_dir: str | None = Field(
+        default=None, description="Absolute path of the (first) folder of tasks given; "
+        "null when every task came from a dataset.")
+    task_paths: dict[str, str] = Field(
+        default_factory=dict, description="Each task's folder (absolute): in a folder "
+        "given, or in the dataset cache.")
+    task_sources: dict[str, TaskSource] = Field(
+        default_factory=dict, description="Each task a dataset named: where it came from.")
     task_names: list[str] = Field(description="Tasks selected after include/exclude/n_tasks.")
     agent: str = Field(description="Agent name from the registry, or module:Class.")
     agent_version: str | None = Field(
@@ -220,6 +248,9 @@ class TrialResult(BaseModel):
     started_at: str = Field(default_factory=utc_now)
     finished_at: str | None = None
     task_digest: str | None = None
+    task_source: TaskSource | None = Field(
+        default=None, description="The dataset, registry, repository, commit and path the "
+        "task came from; null for a task from a folder.")
     sandbox: str = "local"
     verifier_mode: Literal["shared", "separate"] = Field(
         default="shared", description="Where the tests ran: in the agent's sandbox "

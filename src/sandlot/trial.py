@@ -207,6 +207,7 @@ class _Trial:
         self.result = TrialResult(trial_name=plan.name, task=self.task.name,
                                   attempt=plan.attempt, agent=settings.agent_name,
                                   model=settings.model, task_digest=self.task.digest,
+                                  task_source=self.task.source,
                                   sandbox=settings.sandbox_name)
         self.sandbox: Sandbox | None = None
         self.session: Any = None

@@ -71,7 +71,10 @@ def test_an_unknown_name_names_the_closest_and_an_unknown_version_the_known_ones
     ('{"name": "x"}', "expected a JSON list"),
     ('[{"name": "x", "version": "1", "tasks": [{"name": "a"}]}]', "dataset #0 (x): tasks.0.path"),
     ('[{"name": "x", "version": "1"}]', "dataset #0 (x): tasks"),
-    ('[{"name": "x", "version": "1", "tasks": [{"name": "a", "path": "../up"}]}]', "'..'"),
+    ('[{"name": "x", "version": "1", "tasks": [{"name": "a", "git_url": "file:///r", '
+     '"path": "a/../../up"}]}]', "stay inside its repository"),
+    ('[{"name": "x", "version": "1", "tasks": [{"name": "a", "git_url": "file:///r", '
+     '"path": "/etc"}]}]', "relative to its repository"),
 ])
 def test_a_bad_registry_is_one_line_naming_it_and_the_entry(text, needle):
     with pytest.raises(RegistryError) as caught:
@@ -94,3 +97,11 @@ def test_a_malformed_reference_is_refused(ref):
     with pytest.raises(RegistryError, match="NAME@VERSION"):
         split_ref(ref)
     assert split_ref("a@b@c") == ("a", "b@c")
+
+
+def test_a_git_task_path_is_normalised_as_harbor_does():
+    reg = parse_registry('[{"name": "x", "version": "1", "tasks": ['
+                         '{"name": "a", "git_url": "file:///r", "path": "t/./x/../a"},'
+                         '{"name": "r", "git_url": "file:///r", "path": "."},'
+                         '{"name": "l", "path": "/abs/local"}]}]', "r.json")
+    assert [t.path for t in reg.datasets[0].tasks] == ["t/a", ".", "/abs/local"]

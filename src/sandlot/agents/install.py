@@ -10,24 +10,21 @@ the next install removes.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import fcntl
 import json
 import os
 import re
 import shutil
 import signal
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 from sandlot.hostguard import remove_tree, signal_child_group
+from sandlot.locks import file_lock
 from sandlot.sandbox.procutil import die_with_sandlot
 
 MARKER = ".sandlot-installed.json"
 INSTALL_TIMEOUT_SEC = 900.0
-LOCK_POLL_SEC = 0.2
 STDERR_TAIL_CHARS = 3000
 #: An exact version or a dist-tag (also a folder name): never a path, a flag or a range.
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.+_\-]*$")
@@ -82,7 +79,7 @@ async def install_npm_package(cache_dir: Path, name: str, package: str, version:
                 "then run again")
     parent = target.parent
     parent.mkdir(parents=True, exist_ok=True)
-    async with _file_lock(parent / f".{version}.lock"):
+    async with file_lock(parent / f".{version}.lock"):
         if is_installed(target):  # another process finished it while we waited
             return target
         await asyncio.to_thread(_remove_stale, parent, version, target)
@@ -139,22 +136,6 @@ async def _npm_install(prefix: Path, package: str, version: str, timeout_sec: fl
         raise AgentInstallError(f"npm installed {package}@{version} but {manifest} is "
                                 f"missing or unreadable ({exc}); npm said:\n"
                                 f"{stderr[-STDERR_TAIL_CHARS:]}") from None
-
-
-@contextlib.asynccontextmanager
-async def _file_lock(path: Path) -> AsyncIterator[None]:
-    """An exclusive flock, waited for without blocking the event loop (and cancellable)."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                await asyncio.sleep(LOCK_POLL_SEC)
-        yield
-    finally:
-        os.close(fd)  # closing drops the lock
 
 
 async def require_node(sandbox: Any, need: tuple[int, int], who: str) -> None:

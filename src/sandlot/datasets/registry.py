@@ -19,7 +19,14 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
 from packaging.version import InvalidVersion, Version
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 #: The version Harbor prefers over every numbered one (a dataset's moving tip).
 HEAD = "head"
@@ -37,13 +44,28 @@ class RegistryTask(BaseModel):
     git_commit_id: str | None = None
     path: str
 
-    @field_validator("path")
-    @classmethod
-    def _relative_inside(cls, value: str) -> str:
-        parts = PurePosixPath(value).parts
-        if ".." in parts:
-            raise ValueError("a task path may not contain '..'")
-        return value
+    @model_validator(mode="after")
+    def _path_inside_its_repository(self) -> RegistryTask:
+        """A git task's path is normalised as Harbor does (`a/../b` is `b`); one that is
+        absolute or climbs out of the repository is refused. Without `git_url` the path
+        is a folder on this machine and is taken as written."""
+        if self.git_url is None:
+            return self
+        path = PurePosixPath(self.path)
+        if path.is_absolute():
+            raise ValueError(f"path {self.path!r}: a git task's path must be relative to "
+                             "its repository")
+        parts: list[str] = []
+        for part in path.parts:
+            if part == "..":
+                if not parts:
+                    raise ValueError(f"path {self.path!r}: a git task's path must stay "
+                                     "inside its repository")
+                parts.pop()
+            elif part != ".":
+                parts.append(part)
+        self.path = "/".join(parts) or "."
+        return self
 
 
 class RegistryDataset(BaseModel):

@@ -8,12 +8,16 @@ import os
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sandlot.errors import TaskLoadError
 from sandlot.tasks.config import TaskConfig
 from sandlot.tasks.dockerfile import DockerfilePlan, parse_dockerfile
 from sandlot.tasks.naming import task_name
 from sandlot.tasks.templates import fill_templates
+
+if TYPE_CHECKING:
+    from sandlot.models import TaskSource
 
 DEFAULT_WORKDIR = "/app"
 
@@ -41,6 +45,8 @@ class Task:
     step: str | None = None
     tests_sources_override: tuple[Path, ...] | None = None
     solution_override: Path | None = None
+    #: Where a dataset's task came from (sandlot.models.TaskSource); None for a folder.
+    source: TaskSource | None = None
 
     @property
     def prebuilt_image(self) -> str | None:

@@ -147,8 +147,10 @@ class Viewer:
         slot = J.TrialSlot(trial_name, task, attempt, result, True)
         instruction = None
         if config is not None:
-            ipath = Path(config.tasks_dir) / task / "instruction.md"
-            if ipath.is_file():
+            folder = config.task_paths.get(task) or (
+                str(Path(config.tasks_dir) / task) if config.tasks_dir else None)
+            ipath = Path(folder) / "instruction.md" if folder else None
+            if ipath is not None and ipath.is_file():
                 instruction = read_chunk(ipath, 0, 200_000)["text"]
         traj = TrialTrajectory(trial, self.indexes)
         repairs = []
