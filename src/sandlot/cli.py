@@ -14,7 +14,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from sandlot import cli_report
+from sandlot import cli_datasets, cli_report
 from sandlot.exit_codes import ExitCode, run_epilog
 from sandlot.paths import default_cache_dir
 from sandlot.terminal import make_console
@@ -26,6 +26,7 @@ sandbox_app = typer.Typer(no_args_is_help=True, help="Manage sandboxes and their
 app.add_typer(tasks_app, name="tasks")
 app.add_typer(sandbox_app, name="sandbox")
 cli_report.register(app)
+cli_datasets.register(app)
 agents_app = typer.Typer(no_args_is_help=True, help="The agents sandlot can run.")
 app.add_typer(agents_app, name="agents")
 
@@ -112,6 +113,35 @@ def tasks_check(
                   f"{len(problems) - len(errors)} warnings")
     if errors:
         raise typer.Exit(1)
+
+
+@tasks_app.command("init")
+def tasks_init(
+    name: Annotated[str, typer.Argument(help="NAME or ORG/NAME (NAME names the folder; "
+                                        "ORG/NAME also becomes [task] name).")],
+    tasks_dir: Annotated[Path, typer.Option(
+        "--tasks-dir", "-p", help="Where the new task folder goes.")] = Path("."),
+    description: Annotated[str, typer.Option(help="[task] description.")] = "",
+    author: Annotated[list[str] | None, typer.Option(
+        help="'Name <email>' or 'Name' for [task] authors (repeatable).")] = None,
+) -> None:
+    """A new task folder (schema 1.4) that passes `tasks check` and its oracle as made."""
+    from sandlot.tasks.scaffold import ScaffoldError, TaskScaffold, parse_author, write_scaffold
+
+    console = make_console()
+    scaffold = TaskScaffold(name, description,
+                            tuple(parse_author(a) for a in author or []))
+    try:
+        folder = write_scaffold(scaffold, tasks_dir)
+    except ScaffoldError as exc:
+        raise _fail(console, str(exc)) from exc
+    except OSError as exc:
+        raise _fail(console, f"cannot write the task under {tasks_dir}: "
+                    f"{exc.strerror or exc}") from exc
+    console.print(f"made {escape(str(folder))}: edit instruction.md, environment/Dockerfile, "
+                  "solution/solve.sh and tests/test.sh; check it with `sandlot tasks check "
+                  f"{escape(str(folder))}` and `sandlot run {escape(str(folder))} --agent "
+                  "oracle`", soft_wrap=True)
 
 
 @agents_app.command("list")

@@ -9,7 +9,6 @@ not a silent overwrite.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -71,21 +70,22 @@ def _gather_datasets(out: GatheredTasks, request: DatasetRequest, cache_root: Pa
                      n_tasks: int | None, console: Console) -> None:
     from sandlot.datasets.cache import DatasetCache
     from sandlot.datasets.git import GitError
-    from sandlot.datasets.progress import FetchBar
     from sandlot.datasets.registry import RegistryError
-    from sandlot.datasets.selection import fetch_selected, resolve_all, selected_tasks
-    from sandlot.datasets.sources import RegistrySources, load_registries
+    from sandlot.datasets.selection import (
+        fetch_with_bar,
+        open_registries,
+        resolve_all,
+        selected_tasks,
+    )
 
     root = cache_root / "datasets"
     try:
-        loaded = load_registries(RegistrySources(tuple(request.registry_paths),
-                                                 tuple(request.registry_urls)), root)
-        resolved = resolve_all(loaded.registries, request.refs)
+        registries = open_registries(request.registry_paths, request.registry_urls, root,
+                                     console)
+        resolved = resolve_all(registries, request.refs)
     except RegistryError as exc:
         out.problems.append(str(exc))
         return
-    for note in loaded.notes:
-        console.print(f"[yellow]{escape(note)}[/]", soft_wrap=True)
     chosen = [(d, t) for d in resolved for t in selected_tasks(d, include, exclude)]
     if n_tasks is not None:  # fetch only the slice that will run
         chosen = chosen[:max(0, n_tasks - len(out.tasks))]
@@ -95,14 +95,11 @@ def _gather_datasets(out: GatheredTasks, request: DatasetRequest, cache_root: Pa
         console.print(f"dataset [cyan]{escape(dataset.dataset.ref)}[/] ({how} version, from "
                       f"{escape(dataset.source)}): {picked} of "
                       f"{len(dataset.dataset.tasks)} tasks", soft_wrap=True)
-    bar = FetchBar(console)
     try:
-        fetched = asyncio.run(fetch_selected(DatasetCache(root), chosen, bar))
+        fetched = fetch_with_bar(DatasetCache(root), chosen, console)
     except GitError as exc:
         out.problems.append(str(exc))
         return
-    finally:
-        bar.close()
     for task in fetched:
         out.tasks.append(JobTask(task.name, task.folder, task.source, task.problem))
 

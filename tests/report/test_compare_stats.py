@@ -136,3 +136,27 @@ def test_three_jobs_compare_each_with_the_first(tmp_path: Path) -> None:
 def test_compare_needs_two_jobs(tmp_path: Path) -> None:
     with pytest.raises(ValueError):
         compare_jobs([job(tmp_path, "a", {"t": [1.0]})])
+
+
+def test_tasks_from_other_dataset_versions_are_named_and_still_compared(tmp_path: Path) -> None:
+    import json
+
+    def source(version: str, commit: str) -> dict[str, str]:
+        return {"dataset": "demo", "version": version, "version_from": "given",
+                "registry": "r.json", "task": "t1", "git_url": "file:///repo",
+                "git_commit_id": commit, "path": "tasks/t1"}
+
+    a = job(tmp_path, "a", {"t1": [1.0], "t2": [1.0]})
+    b = job(tmp_path, "b", {"t1": [0.0], "t2": [1.0]})
+    for folder, version, commit in ((a, "1.0", "a" * 40), (b, "2.0", "b" * 40)):
+        config = json.loads((folder / "config.json").read_text())
+        config["task_sources"] = {"t1": source(version, commit), "t2": source(version, "c" * 40)}
+        (folder / "config.json").write_text(json.dumps(config))
+    data = compare_jobs([a, b])
+    assert [j["datasets"] for j in data["jobs"]] == [["demo@1.0"], ["demo@2.0"]]
+    c = data["comparisons"][0]
+    assert c["source_changed"] == {"t1": ["demo@1.0 aaaaaaaaaaaa:tasks/t1",
+                                          "demo@2.0 bbbbbbbbbbbb:tasks/t1"]}
+    assert c["lost"] == ["t1"]  # compared all the same, and said so
+    assert "other task files in the two jobs: t1 (demo@1.0" in render_markdown(data)
+    assert "(tasks from demo@1.0)" in render_markdown(data)

@@ -101,6 +101,14 @@ def test_missing_task_toml_is_reported_not_raised(make_task) -> None:
     assert "missing" in problem.message
 
 
+def test_a_terminal_bench_1_task_is_recognised_and_the_fix_says_convert_it(make_task) -> None:
+    task = make_task("tb1")
+    (task / "task.toml").unlink()
+    (task / "task.yaml").write_text("instruction: do it\n")
+    problem = one_error(check_task(task), "task.toml")
+    assert "Terminal-Bench 1 task" in problem.message and "adapter" in problem.fix
+
+
 def test_every_problem_of_a_task_is_listed_not_just_the_first(make_task) -> None:
     task = make_task("many", instruction="",
                      task_toml='[agent]\ntimeout_sec = "soon"\n')

@@ -331,3 +331,35 @@ def test_a_trials_artifacts_are_listed_and_open(tmp_path, tab, artifacts):
         page.wait_for_selector("pre:has-text('started the app')")
         shot(tab, artifacts, "14-artifacts")
     assert tab.errors == []
+
+
+def test_where_a_datasets_tasks_came_from_is_shown(tmp_path, tab, artifacts):
+    job = tmp_path / "jobs" / "ds"
+    source = {"dataset": "demo", "version": "2.0", "version_from": "newest",
+              "registry": "https://registry.example/registry.json", "task": "fix-git",
+              "git_url": "https://git.example/demo.git",
+              "git_commit_id": "0123456789abcdef0123456789abcdef01234567", "path": "tasks/fix-git"}
+    write_config(job, ["fix-git", "local"])
+    config = json.loads((job / "config.json").read_text())
+    config["task_sources"] = {"fix-git": source}
+    write_json(job / "config.json", config)
+    result = write_result(job, "fix-git", reward=1.0)
+    result["task_source"] = source
+    write_json(job / "fix-git__1" / "result.json", result)
+    write_result(job, "local", reward=0.0)
+    page = tab.page
+    with viewer_process(job.parent) as url:
+        page.goto(f"{url}#/job/ds")
+        page.wait_for_selector(".dataset-sources")
+        note = page.locator(".dataset-sources").inner_text()
+        assert "demo@2.0 (newest) from https://registry.example/registry.json × 1" in note
+        assert "1 from folders" in note
+        page.goto(f"{url}#/job/ds/trial/fix-git__1")
+        page.wait_for_selector(".task-source")
+        line = page.locator(".task-source").inner_text()
+        assert "demo@2.0" in line and "0123456789ab : tasks/fix-git" in line
+        shot(tab, artifacts, "15-dataset-source")
+        page.goto(f"{url}#/job/ds/trial/local__1")
+        page.wait_for_selector("h1")
+        assert page.locator(".task-source").count() == 0
+    assert tab.errors == []

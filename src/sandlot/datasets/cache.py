@@ -45,16 +45,21 @@ PARALLEL_REPOS = 4
 class FetchProgress(Protocol):
     """Told as a fetch goes: how much there is, then each commit's tasks as they land."""
 
-    def planned(self, repos: int, tasks: int) -> None: ...
+    def planned(self, repos: int, tasks: int, clones: int) -> None: ...
 
     def fetched(self, tasks: int, nbytes: int) -> None: ...
 
+    def cloned(self) -> None: ...
+
 
 class NoProgress:
-    def planned(self, repos: int, tasks: int) -> None:
+    def planned(self, repos: int, tasks: int, clones: int) -> None:
         return None
 
     def fetched(self, tasks: int, nbytes: int) -> None:
+        return None
+
+    def cloned(self) -> None:
         return None
 
 
@@ -80,6 +85,13 @@ class DatasetCache:
         name = task_folder_name(task)
         return self._commit_dir(task.git_url or "", commit) / _key(task.path) / name
 
+    def is_cached(self, task: RegistryTask) -> bool:
+        """Whether a pinned git task's folder is in the cache (no git call)."""
+        commit = task.git_commit_id
+        if task.git_url is None or commit is None:
+            return False
+        return self.task_folder(task, commit).is_dir()
+
     async def fetch(self, tasks: Sequence[RegistryTask],
                     progress: FetchProgress | None = None) -> list[FetchedTask]:
         """Each task's folder, in the order given. Tasks without `git_url` are folders on
@@ -103,7 +115,8 @@ class DatasetCache:
                 continue
             for i in idx:
                 answers[i] = self._answer(tasks[i], commit, full, url)
-        progress.planned(len({url for url, _ in todo}), sum(len(idx) for idx in todo.values()))
+        progress.planned(len({url for url, _ in todo}), sum(len(idx) for idx in todo.values()),
+                         len(todo))
         if todo:
             git = self._git or Git.find()
             limit = asyncio.Semaphore(PARALLEL_REPOS)
@@ -118,6 +131,7 @@ class DatasetCache:
                 except GitError as exc:  # the other repositories still land in the cache
                     failed.append(str(exc))
                     return
+                progress.cloned()
                 for i, answer in zip(idx, found, strict=True):
                     answers[i] = answer
 

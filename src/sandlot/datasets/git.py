@@ -55,7 +55,7 @@ class Git:
                "SSH_ASKPASS": "true", "GIT_SSH_COMMAND": os.environ.get(
                    "GIT_SSH_COMMAND", "ssh -o BatchMode=yes"), "LC_ALL": "C"}
         argv = [self.binary, "-c", "advice.detachedHead=false",
-                "-c", "core.hooksPath=/dev/null", *args]
+                "-c", "core.hooksPath=/dev/null", "-c", "protocol.ext.allow=never", *args]
         proc = await asyncio.create_subprocess_exec(
             *die_with_sandlot(argv), cwd=cwd, env=env,
             stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,

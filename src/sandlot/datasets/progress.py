@@ -16,19 +16,26 @@ class FetchBar:
         self._progress: Progress | None = None
         self._task = None
         self._bytes = 0
+        self._clones = 0
+        self._cloned = 0
 
-    def planned(self, repos: int, tasks: int) -> None:
+    def planned(self, repos: int, tasks: int, clones: int) -> None:
         if tasks == 0:
             return
+        self._clones = clones
+        commits = f", {clones} commits" if clones != repos else ""
         self._console.print(f"fetching {tasks} task{'s' if tasks != 1 else ''} from {repos} "
-                            f"repositor{'ies' if repos != 1 else 'y'} into the dataset cache")
+                            f"repositor{'ies' if repos != 1 else 'y'}{commits} into the "
+                            "dataset cache")
         if not self._console.is_terminal:
             return
         self._progress = Progress(TextColumn("[cyan]fetching tasks"), BarColumn(),
                                   MofNCompleteColumn(), TextColumn("tasks •"),
-                                  TextColumn("{task.fields[size]}"),
+                                  TextColumn("{task.fields[size]} •"),
+                                  TextColumn("{task.fields[clones]} clones"),
                                   console=self._console, transient=True)
-        self._task = self._progress.add_task("fetch", total=tasks, size="0 bytes")
+        self._task = self._progress.add_task("fetch", total=tasks, size="0 bytes",
+                                             clones=f"0/{clones}")
         self._progress.start()
 
     def fetched(self, tasks: int, nbytes: int) -> None:
@@ -36,6 +43,11 @@ class FetchBar:
         if self._progress is not None and self._task is not None:
             self._progress.update(self._task, advance=tasks,
                                   size=filesize.decimal(self._bytes))
+
+    def cloned(self) -> None:
+        self._cloned += 1
+        if self._progress is not None and self._task is not None:
+            self._progress.update(self._task, clones=f"{self._cloned}/{self._clones}")
 
     def close(self) -> None:
         if self._progress is not None:

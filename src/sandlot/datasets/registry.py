@@ -188,7 +188,7 @@ def resolve_dataset(registries: Sequence[Registry], ref: str) -> ResolvedDataset
             continue
         chosen = version if version is not None else newest_version(versions)
         if chosen not in versions:
-            known = ", ".join(sorted(versions, key=_version_order))
+            known = ", ".join(sorted(versions, key=version_order))
             raise RegistryError(f"dataset {name} has no version {chosen} in registry "
                                 f"{registry.source} (versions: {known})")
         dataset = next(d for d in registry.datasets
@@ -202,7 +202,7 @@ def resolve_dataset(registries: Sequence[Registry], ref: str) -> ResolvedDataset
     raise RegistryError(f"no dataset named {name} in {where}{hint}")
 
 
-def _version_order(version: str) -> tuple[int, Any]:
+def version_order(version: str) -> tuple[int, Any]:
     try:
         return (0, Version(version))
     except InvalidVersion:

@@ -11,6 +11,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from rich.console import Console
+from rich.markup import escape
+
 from sandlot.datasets.cache import DatasetCache, FetchProgress, task_folder_name
 from sandlot.datasets.registry import Registry, RegistryTask, ResolvedDataset, resolve_dataset
 from sandlot.models import TaskSource
@@ -62,3 +65,30 @@ async def fetch_selected(cache: DatasetCache,
             path=task.path)
         out.append(DatasetTask(task_folder_name(task), got.folder, source, got.problem))
     return out
+
+
+def open_registries(paths: Sequence[Path], urls: Sequence[str], root: Path,
+                    console: Console) -> list[Registry]:
+    """The registries named (Harbor's when none is), each said when read from its cached
+    copy. RegistryError when one cannot be had."""
+    from sandlot.datasets.sources import RegistrySources, load_registries
+
+    loaded = load_registries(RegistrySources(tuple(paths), tuple(urls)), root)
+    for note in loaded.notes:
+        console.print(f"[yellow]{escape(note)}[/]", soft_wrap=True)
+    return loaded.registries
+
+
+def fetch_with_bar(cache: DatasetCache, chosen: Sequence[tuple[ResolvedDataset, RegistryTask]],
+                   console: Console) -> list[DatasetTask]:
+    """fetch_selected with a progress bar on `console`. GitError when a repository or
+    commit cannot be had."""
+    import asyncio
+
+    from sandlot.datasets.progress import FetchBar
+
+    bar = FetchBar(console)
+    try:
+        return asyncio.run(fetch_selected(cache, chosen, bar))
+    finally:
+        bar.close()

@@ -6,9 +6,12 @@ gone offline still resolves the datasets it has run before (and says it used the
 from __future__ import annotations
 
 import hashlib
+import ipaddress
+import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from sandlot.datasets.registry import Registry, RegistryError, parse_registry, read_registry_file
 from sandlot.fsutil import write_atomic
@@ -46,11 +49,12 @@ def load_registries(sources: RegistrySources, cache_root: Path) -> LoadedRegistr
     """Every registry the sources name, read now. A URL that cannot be fetched falls
     back to its cached copy (noted); with none cached it is a RegistryError naming it."""
     loaded = LoadedRegistries([])
-    for path in sources.paths:
-        loaded.registries.append(read_registry_file(path.expanduser()))
+    for path in sources.paths:  # absolute: results record which file answered
+        loaded.registries.append(read_registry_file(path.expanduser().resolve()))
     for url in sources.urls or (() if sources.paths else (DEFAULT_REGISTRY_URL,)):
         if url.startswith("file://"):
-            loaded.registries.append(read_registry_file(Path(url.removeprefix("file://"))))
+            loaded.registries.append(read_registry_file(
+                Path(url.removeprefix("file://")).resolve()))
             continue
         loaded.registries.append(_fetch_url(url, cache_root, loaded.notes))
     return loaded
@@ -75,10 +79,44 @@ def _fetch_url(url: str, cache_root: Path, notes: list[str]) -> Registry:
         when = datetime.fromtimestamp(copy.stat().st_mtime, UTC).strftime("%Y-%m-%d %H:%M UTC")
         notes.append(f"registry {url}: cannot fetch it ({why}); using the copy fetched "
                      f"{when}")
-        return parse_registry(text, url)
-    registry = parse_registry(text, url)  # only a good answer replaces the cached copy
-    write_atomic(copy, text)
+        cached = parse_registry(text, url)
+        refuse_local_sources(cached)
+        return cached
+    registry = parse_registry(text, url)
+    refuse_local_sources(registry)
+    write_atomic(copy, text)  # only a good answer replaces the cached copy
     return registry
+
+
+#: Repository addresses a registry read over the network may name: remote ones only.
+REMOTE_GIT = re.compile(r"(https?|ssh|git)://[^/]+/.+|[A-Za-z0-9._-]+@[A-Za-z0-9.-]+:.+")
+
+
+def refuse_local_sources(registry: Registry) -> None:
+    """A registry fetched from another machine may not name folders or repositories on
+    this one (a file:// URL, a path): it would copy this machine's files into a sandbox
+    an agent reads. A registry on this machine (a file, a loopback URL) may."""
+    where = urlsplit(registry.source)
+    if where.scheme not in ("http", "https") or _is_loopback(where.hostname or ""):
+        return
+    for dataset in registry.datasets:
+        for task in dataset.tasks:
+            if task.git_url is None or not REMOTE_GIT.fullmatch(task.git_url):
+                where = task.git_url or task.path
+                raise RegistryError(
+                    f"registry {registry.source}: dataset {dataset.ref}, task {task.name}: "
+                    f"{where[:200]!r} is on this machine, which a registry read over the "
+                    "network may not name (use --registry-path for a registry of local "
+                    "repositories)")
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _why(exc: Exception) -> str:

@@ -26,7 +26,7 @@ from math import comb, sqrt
 from pathlib import Path
 from typing import Any
 
-from sandlot.models import JobConfig, TrialResult
+from sandlot.models import JobConfig, TaskSource, TrialResult
 from sandlot.viewer.jobs import finished_results, load_config
 
 Z95 = 1.959963984540054
@@ -124,6 +124,18 @@ class JobData:
         names += sorted({r.task for r in self.results} - set(names))
         return names
 
+    def source(self, task: str) -> TaskSource | None:
+        """Where the job's task came from (a dataset's), from its config or a result."""
+        if self.config is not None and task in self.config.task_sources:
+            return self.config.task_sources[task]
+        return next((r.task_source for r in self.results
+                     if r.task == task and r.task_source is not None), None)
+
+    @property
+    def datasets(self) -> list[str]:
+        found = [self.source(t) for t in self.task_names]
+        return sorted({f"{s.dataset}@{s.version}" for s in found if s is not None})
+
     def outcomes(self) -> dict[str, TaskOutcome]:
         by_task: dict[str, list[TrialResult]] = defaultdict(list)
         for r in self.results:
@@ -165,7 +177,8 @@ def _job_facts(job: JobData) -> dict[str, Any]:
                                                       if job.results else None),
         "model": job.config.model if job.config else (job.results[0].model
                                                       if job.results else None),
-        "n_tasks": len(job.task_names), "n_trials": n, "n_scored": len(scored),
+        "n_tasks": len(job.task_names), "datasets": job.datasets,
+        "n_trials": n, "n_scored": len(scored),
         "n_passed": passed, "n_errored": n - len(scored),
         "pass_rate": passed / len(scored) if scored else None,
         "ci_low": ci[0] if ci else None, "ci_high": ci[1] if ci else None,
@@ -190,6 +203,8 @@ def _pair(a: JobData, b: JobData, oa: dict[str, TaskOutcome], ob: dict[str, Task
     unscored = {t: [name for name, o in ((a.name, oa), (b.name, ob))
                     if t not in o or not o[t].n_scored]
                 for t in shared if t not in scored}
+    moved = {t: [_source_text(a.source(t)), _source_text(b.source(t))] for t in shared
+             if _source_key(a.source(t)) != _source_key(b.source(t))}
     lost = [t for t in scored if oa[t].passed and not ob[t].passed]
     gained = [t for t in scored if ob[t].passed and not oa[t].passed]
     diffs = [ob[t].pass_frac - oa[t].pass_frac for t in scored]  # type: ignore[operator]
@@ -215,7 +230,7 @@ def _pair(a: JobData, b: JobData, oa: dict[str, TaskOutcome], ob: dict[str, Task
         "a": a.name, "b": b.name,
         "n_shared": len(shared), "n_paired": len(scored),
         "only_a": sorted(tasks_a - tasks_b), "only_b": sorted(tasks_b - tasks_a),
-        "unscored": unscored,
+        "unscored": unscored, "source_changed": moved,
         "gained": gained, "lost": lost,
         "pass_rate_a": rate_a, "pass_rate_b": rate_b, "delta_pass_rate": delta,
         "mcnemar": {"b": len(lost), "c": len(gained), "p_value": p_mcnemar,
@@ -234,6 +249,20 @@ def _pair(a: JobData, b: JobData, oa: dict[str, TaskOutcome], ob: dict[str, Task
         "delta_tokens_per_trial": (tok_b - tok_a) if tok_a is not None and tok_b is not None
         else None,
     }
+
+
+def _source_key(source: TaskSource | None) -> tuple[str | None, ...] | None:
+    """What makes two tasks of one name the same files: repository, commit and path."""
+    if source is None:
+        return None
+    return (source.git_url, source.git_commit_id, source.path)
+
+
+def _source_text(source: TaskSource | None) -> str:
+    if source is None:
+        return "a folder"
+    commit = (source.git_commit_id or "tip")[:12]
+    return f"{source.dataset}@{source.version} {commit}:{source.path}"
 
 
 def _verdict(a: str, b: str, n: int, rate_a: float | None, rate_b: float | None, test: str,
@@ -358,6 +387,8 @@ def render_rich(data: dict[str, Any]) -> Any:
                  _money(j["cost_per_trial"]), _secs(j["time_per_trial_sec"])]
                 for j in data["jobs"]]
     jobs = FittedTable(job_columns, job_rows, title="Jobs")
+    sources = [Text(f"  {j['name']}: tasks from {', '.join(j['datasets'])}")
+               for j in data["jobs"] if j.get("datasets")]
     task_columns = [Column("task", "text")] + [Column(j["name"], "words") for j in data["jobs"]]
     if len(data["jobs"]) == 2:
         task_columns.append(Column("flip", "words"))
@@ -375,7 +406,7 @@ def render_rich(data: dict[str, Any]) -> Any:
                 for c, f in zip(cells[1:], row["flips"], strict=True)]
         task_rows.append([_escape(row["task"]), *cells, *extra])
     tasks = FittedTable(task_columns, task_rows, title="Tasks")
-    parts: list[Any] = [jobs, tasks]
+    parts: list[Any] = [jobs, *sources, tasks]
     for c in data["comparisons"]:
         lines = [Text.from_markup(f"[bold]{c['b']}[/] vs [bold]{c['a']}[/] (baseline)")]
         delta = c["delta_pass_rate"]
@@ -409,6 +440,11 @@ def render_rich(data: dict[str, Any]) -> Any:
                 lines.append(Text.from_markup(
                     f"  [yellow]{_escape(label)}: {len(names)} task(s) not compared:[/] "
                     + _escape(", ".join(names))))
+        if c["source_changed"]:
+            lines.append(Text.from_markup(
+                f"  [yellow]other task files in the two jobs: {len(c['source_changed'])} "
+                "task(s), compared all the same:[/] " + _escape("; ".join(
+                    f"{t} ({was} → {now})" for t, (was, now) in c["source_changed"].items()))))
         if c["unscored"]:
             lines.append(Text.from_markup(
                 f"  [yellow]not scored in both: {len(c['unscored'])} task(s) left out:[/] "
@@ -431,6 +467,8 @@ def render_markdown(data: dict[str, Any]) -> str:
            "|---|---|--:|--:|--:|--:|--:|--:|--:|"]
     for j in data["jobs"]:
         model = f" · {j['model']}" if j["model"] else ""
+        if j.get("datasets"):
+            model += f" (tasks from {', '.join(j['datasets'])})"
         reward = "—" if j["mean_reward"] is None else f"{j['mean_reward']:.3f}"
         out.append(f"| {j['name']} | {j['agent']}{model} | {j['n_tasks']} | {_ci(j)} | "
                    f"{reward} | {j['n_errored']} | {_tokens(j['tokens_per_trial'])} | "
@@ -465,6 +503,9 @@ def render_markdown(data: dict[str, Any]) -> str:
         out.append(f"- cost per trial: {_money(c['cost_per_trial_a'])} → "
                    f"{_money(c['cost_per_trial_b'])}; time per trial: "
                    f"{_secs(c['time_per_trial_a'])} → {_secs(c['time_per_trial_b'])}")
+        if c["source_changed"]:
+            out.append("- other task files in the two jobs: " + "; ".join(
+                f"{t} ({was} → {now})" for t, (was, now) in c["source_changed"].items()))
         if c["only_a"] or c["only_b"] or c["unscored"]:
             out.append(f"- not compared: only in {c['a']}: {', '.join(c['only_a']) or 'none'}; "
                        f"only in {c['b']}: {', '.join(c['only_b']) or 'none'}; not scored in "

@@ -302,6 +302,11 @@ def check_task(path: Path, *, need_solution: bool = True, sandbox: str = "local"
     task = task_name(path)
     toml_path = path / "task.toml"
     if not toml_path.is_file():
+        if (path / "task.yaml").is_file():  # Terminal-Bench 1's layout, not Harbor's
+            return [Problem(task, "task.toml", None, "missing: this is a Terminal-Bench 1 "
+                            "task (task.yaml, run-tests.sh, solution.sh)",
+                            "convert it to the Harbor layout with Harbor's terminal-bench "
+                            "adapter, or use the dataset's Harbor version")]
         return [Problem(task, "task.toml", None, "missing", "create task.toml (see docs/tasks.md)")]
     problems = _check_toml(task, toml_path, oracle=need_solution)
     config = _lenient_config(toml_path)

@@ -467,6 +467,7 @@ async function jobPage(name, params) {
       Object.keys(job.summary?.errors_by_cause || {}).length ? h("div", { class: "note" },
         "Errors by who caused them: ", Object.entries(job.summary.errors_by_cause)
           .map(([k, n]) => `${k} × ${n}`).join(", ")) : null,
+      datasetsNote(c),
       job.summary?.roots?.["host-fallback"] ? h("div", { class: "note" },
         `${job.summary.roots["host-fallback"]} trials ran on the host's root because their `
         + "image could not be pulled (host-fallback): their scores are not comparable with "
@@ -815,6 +816,33 @@ function logPane(detail) {
     detail.build_log ? tailBlock("setup/build.log", detail.build_log) : null);
 }
 
+/** Which datasets a job's tasks came from (config.json `task_sources`), with counts. */
+function datasetsNote(config) {
+  const sources = Object.values(config.task_sources || {});
+  if (!sources.length) return null;
+  const counts = {};
+  for (const s of sources) {
+    const key = `${s.dataset}@${s.version}${s.version_from === "newest" ? " (newest)" : ""}`
+      + ` from ${s.registry}`;
+    counts[key] = (counts[key] || 0) + 1;
+  }
+  const folders = (config.task_names?.length ?? 0) - sources.length;
+  return h("div", { class: "muted dataset-sources" }, "Tasks from datasets: ",
+    Object.entries(counts).map(([k, n]) => `${k} × ${n}`).join("; "),
+    folders > 0 ? `; ${folders} from folders` : "");
+}
+
+/** Where a trial's task came from (result.json `task_source`): dataset, repository,
+ * commit and path, so two results of one task name can be told apart. */
+function sourceLine(src) {
+  if (!src) return null;
+  const where = src.git_url
+    ? `${src.git_url} @ ${(src.git_commit_id || "tip").slice(0, 12)} : ${src.path}`
+    : src.path;
+  return h("div", { class: "muted small task-source" },
+    `task ${src.task} from ${src.dataset}@${src.version} (${src.registry}): ${where}`);
+}
+
 /** What a trial's sandbox was rooted in: an image (and its digest), or the host. */
 function rootText(env) {
   if (env.base === "image") {
@@ -849,6 +877,8 @@ function trialHeader(job, trial, detail) {
     r.attempts?.length ? card("repairs", `${r.attempts.length - 1}${r.repaired
       ? " (repaired)" : ""}`) : null,
     r.environment ? card("root", rootText(r.environment)) : null));
+  const source = sourceLine(r.task_source);
+  if (source) box.append(source);
   if (r.environment?.base === "host-fallback") {
     box.append(h("div", { class: "errbox" }, h("b", { text: "host-fallback" }),
       `: ran on the host's root, not on ${r.environment.image}`
@@ -1052,7 +1082,7 @@ async function comparePage(names) {
     { label: "job", key: "name", cell: (j) => h("a", { href: `#/job/${enc(j.name)}`,
       text: j.name }) },
     { label: "agent · model", key: "agent", cell: (j) => `${j.agent}${j.model ? ` · ${j.model}`
-      : ""}` },
+      : ""}${j.datasets?.length ? ` (tasks from ${j.datasets.join(", ")})` : ""}` },
     { label: "tasks", key: "n_tasks", num: true },
     { label: "scored", key: "n_scored", num: true },
     { label: "pass rate", key: "pass_rate", num: true, cell: (j) => pct(j.pass_rate) },
@@ -1102,6 +1132,11 @@ async function comparePage(names) {
       `${t} (${j.join("/")})`).join(", ")}`);
     if (notes.length) box.append(h("div", { class: "note mismatch" },
       h("b", { text: "Task sets differ. " }), notes.join("; ")));
+    const moved = Object.entries(c.source_changed || {});
+    if (moved.length) box.append(h("div", { class: "note source-changed" },
+      h("b", { text: "Other task files. " }), `${moved.length} task(s) came from other `
+      + "dataset versions, commits or paths (compared all the same): "
+      + moved.map(([t, [was, now]]) => `${t} (${was} → ${now})`).join("; ")));
     return box;
   });
   let flipsOnly = false;
