@@ -7,7 +7,7 @@ in sandlot.datasets.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -17,6 +17,9 @@ from rich.table import Table
 from sandlot.exit_codes import ExitCode
 from sandlot.paths import default_cache_dir
 from sandlot.terminal import make_console
+
+if TYPE_CHECKING:
+    from sandlot.datasets.registry import ResolvedDataset
 
 datasets_app = typer.Typer(no_args_is_help=True,
                            help="Datasets in registries: list, show, pull (fetch ahead).")
@@ -47,6 +50,18 @@ def _registries(console: Console, paths: list[Path] | None, urls: list[str] | No
 
     try:
         return open_registries(paths or [], urls or [], _root(cache_dir), console)
+    except RegistryError as exc:
+        raise _fail(console, str(exc)) from exc
+
+
+def _dataset(console: Console, ref: str, paths: list[Path] | None, urls: list[str] | None,
+             cache_dir: Path | None) -> tuple[list, ResolvedDataset]:  # type: ignore[type-arg]
+    """The registries and the dataset `ref` names in them; one line and exit 3 if none."""
+    from sandlot.datasets.registry import RegistryError, resolve_dataset
+
+    registries = _registries(console, paths, urls, cache_dir)
+    try:
+        return registries, resolve_dataset(registries, ref)
     except RegistryError as exc:
         raise _fail(console, str(exc)) from exc
 
@@ -104,14 +119,9 @@ def datasets_show(ref: Annotated[str, typer.Argument(help="NAME or NAME@VERSION.
                   cache_dir: CacheDir = None) -> None:
     """One dataset version: where it comes from and each task (commit, path, cached)."""
     from sandlot.datasets.cache import DatasetCache, task_folder_name
-    from sandlot.datasets.registry import RegistryError, resolve_dataset
 
     console = make_console()
-    registries = _registries(console, registry_path, registry_url, cache_dir)
-    try:
-        found = resolve_dataset(registries, ref)
-    except RegistryError as exc:
-        raise _fail(console, str(exc)) from exc
+    registries, found = _dataset(console, ref, registry_path, registry_url, cache_dir)
     dataset = found.dataset
     how = "the newest" if found.version_from == "newest" else "as given"
     console.print(f"[bold]{escape(dataset.ref)}[/] ({how}; versions: "
@@ -156,15 +166,10 @@ def datasets_pull(
     """Fetch a dataset's tasks into the cache only, so a run later needs no network."""
     from sandlot.datasets.cache import DatasetCache
     from sandlot.datasets.git import GitError
-    from sandlot.datasets.registry import RegistryError, resolve_dataset
     from sandlot.datasets.selection import fetch_with_bar, selected_tasks
 
     console = make_console()
-    registries = _registries(console, registry_path, registry_url, cache_dir)
-    try:
-        found = resolve_dataset(registries, ref)
-    except RegistryError as exc:
-        raise _fail(console, str(exc)) from exc
+    _, found = _dataset(console, ref, registry_path, registry_url, cache_dir)
     chosen = [(found, t) for t in selected_tasks(found, include, exclude)]
     console.print(f"dataset [cyan]{escape(found.dataset.ref)}[/] (from "
                   f"{escape(found.source)}): {len(chosen)} of "

@@ -6,7 +6,6 @@ gone offline still resolves the datasets it has run before (and says it used the
 from __future__ import annotations
 
 import hashlib
-import ipaddress
 import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -15,6 +14,7 @@ from urllib.parse import urlsplit
 
 from sandlot.datasets.registry import Registry, RegistryError, parse_registry, read_registry_file
 from sandlot.fsutil import write_atomic
+from sandlot.loopback import is_loopback_host
 
 #: Harbor 0.26's default registry (harbor.constants.DEFAULT_REGISTRY_URL).
 DEFAULT_REGISTRY_URL = (
@@ -97,7 +97,7 @@ def refuse_local_sources(registry: Registry) -> None:
     this one (a file:// URL, a path): it would copy this machine's files into a sandbox
     an agent reads. A registry on this machine (a file, a loopback URL) may."""
     where = urlsplit(registry.source)
-    if where.scheme not in ("http", "https") or _is_loopback(where.hostname or ""):
+    if where.scheme not in ("http", "https") or is_loopback_host(where.hostname or ""):
         return
     for dataset in registry.datasets:
         for task in dataset.tasks:
@@ -108,15 +108,6 @@ def refuse_local_sources(registry: Registry) -> None:
                     f"{where[:200]!r} is on this machine, which a registry read over the "
                     "network may not name (use --registry-path for a registry of local "
                     "repositories)")
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _why(exc: Exception) -> str:

@@ -8,9 +8,10 @@ tools are configured to.
 
 from __future__ import annotations
 
-import ipaddress
 import re
 from dataclasses import dataclass
+
+from sandlot.loopback import is_loopback_host
 
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 _COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
@@ -45,12 +46,7 @@ class ImageRef:
             return False
         host = self.registry.rsplit(":", 1)[0] if not self.registry.startswith("[") \
             else self.registry[1:].split("]", 1)[0]
-        if host == "localhost":
-            return True
-        try:
-            return ipaddress.ip_address(host).is_loopback
-        except ValueError:
-            return False
+        return is_loopback_host(host)
 
 
 def parse_image_ref(text: str) -> ImageRef:
