@@ -9,8 +9,9 @@
 # running are named. At its end the suite checks that it left the machine as it found it
 # (tests/machine_check.py). With SANDLOT_TEST_RERUNS=1 (CI), a failed test runs once more; one
 # that passes only then is listed on a FLAKY: line. The docker backend's tests talk to a
-# Docker-compatible engine; when none answers and Podman is installed, this starts Podman's
-# API service (rootful, runc) for the run. See docs/development.md.
+# Docker-compatible engine; when none answers on Podman's shared socket and Podman is installed,
+# this starts Podman's API service (rootful, runc) for the run, on a socket in the run's own
+# folder. See docs/development.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -77,29 +78,34 @@ leave_run_groups() {
 }
 
 # -- a container engine for the docker backend's tests ----------------------------------------
-podman_sock=/run/podman/podman.sock
+# An engine already answering on Podman's shared socket is used as it is. Otherwise the run
+# starts its own service on a socket inside its own folder, so that two runs side by side
+# (ci-local beside a --repeat) never stop each other's engine.
+shared_sock=/run/podman/podman.sock
 engine_answers() {
   .venv/bin/python -c "import socket,sys; socket.socket(socket.AF_UNIX).connect(sys.argv[1])" \
     "$1" 2>/dev/null
 }
 start_engine() {
   [[ -z ${DOCKER_HOST:-} ]] || return 0
-  if ! engine_answers "$podman_sock" && command -v podman >/dev/null; then
-    mkdir -p "$(dirname "$podman_sock")"
-    rm -f "$podman_sock"
-    # Exec sessions' conmon processes linger exit_command_delay seconds (300 by default)
-    # after their command ended: 190 of them were still running after a suite.
-    printf '[engine]\nexit_command_delay = 5\n' >"$run_dir/containers.conf"
-    # Started in the run's folder: conmon writes an "oom" file into its working folder
-    # when a container is OOM-killed (it used to land in the repository).
-    (cd "$run_dir" && CONTAINERS_CONF=$run_dir/containers.conf \
-      exec podman --runtime runc system service --time=0 "unix://$podman_sock") \
-      >"$run_dir/podman.log" 2>&1 &
-    podman_pid=$!
-    export SANDLOT_TEST_ENGINE_PID=$podman_pid
-    for _ in $(seq 100); do [[ -S $podman_sock ]] && break; sleep 0.1; done
+  if engine_answers "$shared_sock"; then
+    export DOCKER_HOST="unix://$shared_sock"
+    return 0
   fi
-  export DOCKER_HOST="unix://$podman_sock"
+  command -v podman >/dev/null || return 0
+  local sock=$run_dir/podman.sock
+  # Exec sessions' conmon processes linger exit_command_delay seconds (300 by default)
+  # after their command ended: 190 of them were still running after a suite.
+  printf '[engine]\nexit_command_delay = 5\n' >"$run_dir/containers.conf"
+  # Started in the run's folder: conmon writes an "oom" file into its working folder
+  # when a container is OOM-killed (it used to land in the repository).
+  (cd "$run_dir" && CONTAINERS_CONF=$run_dir/containers.conf \
+    exec podman --runtime runc system service --time=0 "unix://$sock") \
+    >"$run_dir/podman.log" 2>&1 &
+  podman_pid=$!
+  export SANDLOT_TEST_ENGINE_PID=$podman_pid
+  for _ in $(seq 100); do [[ -S $sock ]] && break; sleep 0.1; done
+  export DOCKER_HOST="unix://$sock"
 }
 
 cleanup() {
