@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from sandlot import cli_datasets, cli_report
+from sandlot.cli_common import fail
 from sandlot.exit_codes import ExitCode, run_epilog
 from sandlot.paths import default_cache_dir
 from sandlot.terminal import make_console
@@ -30,7 +31,6 @@ cli_datasets.register(app)
 agents_app = typer.Typer(no_args_is_help=True, help="The agents sandlot can run.")
 app.add_typer(agents_app, name="agents")
 
-EXIT_BAD_INPUT = ExitCode.USAGE
 JOB_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,199}")
 
 
@@ -51,11 +51,6 @@ def _is_dir(path: Path) -> bool:
     except (OSError, ValueError):  # a name too long, a NUL byte...
         return False
 EXIT_INTERRUPTED = ExitCode.INTERRUPTED
-
-
-def _fail(console: Console, message: str) -> typer.Exit:
-    console.print(f"[red]error:[/] {escape(message)}", soft_wrap=True)
-    return typer.Exit(EXIT_BAD_INPUT)
 
 
 def _print_problems(console: Console, problems: list) -> None:  # type: ignore[type-arg]
@@ -100,10 +95,10 @@ def tasks_check(
 
     console = make_console()
     if not _is_dir(tasks_dir):
-        raise _fail(console, f"{str(tasks_dir)[:300]} is not a folder")
+        raise fail(console, f"{str(tasks_dir)[:300]} is not a folder")
     paths = discover_tasks(tasks_dir)
     if not paths:
-        raise _fail(console, f"no tasks in {tasks_dir}: a task is a folder holding task.toml")
+        raise fail(console, f"no tasks in {tasks_dir}: a task is a folder holding task.toml")
     problems = check_tasks(paths, need_solution=not no_solution, sandbox=sandbox,
                            trust=True)
     _print_problems(console, problems)
@@ -134,9 +129,9 @@ def tasks_init(
     try:
         folder = write_scaffold(scaffold, tasks_dir)
     except ScaffoldError as exc:
-        raise _fail(console, str(exc)) from exc
+        raise fail(console, str(exc)) from exc
     except OSError as exc:
-        raise _fail(console, f"cannot write the task under {tasks_dir}: "
+        raise fail(console, f"cannot write the task under {tasks_dir}: "
                     f"{exc.strerror or exc}") from exc
     console.print(f"made {escape(str(folder))}: edit instruction.md, environment/Dockerfile, "
                   "solution/solve.sh and tests/test.sh; check it with `sandlot tasks check "
@@ -158,7 +153,7 @@ def agents_list(
     try:
         catalog = AgentCatalog.load(agents_file)
     except AgentSpecError as exc:
-        raise _fail(make_console(), str(exc)) from exc
+        raise fail(make_console(), str(exc)) from exc
 
     table = Table(title="Agents", title_justify="left")
     for col in ("name", "kind", "version", "installed", "needs", "note"):
@@ -210,12 +205,12 @@ def clean(
 
     console = make_console()
     if images and keep_images:
-        raise _fail(console, "--images and --keep-images contradict each other: choose one")
+        raise fail(console, "--images and --keep-images contradict each other: choose one")
     folder = cache_dir or default_cache_dir()
     try:
         report = asyncio.run(clean_cache(folder, images=not keep_images, only_images=images))
     except CacheInUseError as exc:
-        raise _fail(console, str(exc)) from exc
+        raise fail(console, str(exc)) from exc
     console.print(f"removed {report.removed_entries} entries "
                   f"({report.removed_bytes / 2**20:.0f} MB) from {folder}"
                   + (f" and {report.engine_items} from the container engine"
@@ -387,24 +382,24 @@ def run(
     console = make_console(stderr=json_events or json_summary)  # stdout is for the JSON
     folders = list(tasks_dirs or [])
     if not folders and not dataset:
-        raise _fail(console, "no tasks named: give a task folder (or a folder of tasks), "
+        raise fail(console, "no tasks named: give a task folder (or a folder of tasks), "
                     "or a dataset with -d NAME[@VERSION]")
     for folder in folders:
         if not _is_dir(folder):
-            raise _fail(console, f"{str(folder)[:300]} is not a folder")
+            raise fail(console, f"{str(folder)[:300]} is not a folder")
     if agent_network not in (None, "none", "public"):
-        raise _fail(console, f"--agent-network must be none or public, not {agent_network!r}")
+        raise fail(console, f"--agent-network must be none or public, not {agent_network!r}")
     from sandlot.agents.acp_registry import AgentCatalog
 
     try:
         catalog = AgentCatalog.load(agents_file)
         create_agent(agent, model, catalog)
     except (UnknownAgentError, ValueError) as exc:
-        raise _fail(console, str(exc)) from exc
+        raise fail(console, str(exc)) from exc
     try:
         build_args = parse_build_args(build_arg)
     except ValueError as exc:
-        raise _fail(console, str(exc)) from exc
+        raise fail(console, str(exc)) from exc
     template_text = _read_template(console, repair_template) if repair_template else None
     _check_flags(console, sandbox=sandbox, image_policy=image_policy,
                  verifier_mode=verifier_mode, model=model,
@@ -416,9 +411,9 @@ def run(
     jobs_root = jobs_dir.resolve()
     for label, folder in (("--jobs-dir", jobs_root), ("--cache-dir", cache)):
         if folder.exists() and not folder.is_dir():
-            raise _fail(console, f"{label} {folder} is a file, not a folder")
+            raise fail(console, f"{label} {folder} is a file, not a folder")
     if job_name is not None and not JOB_NAME.fullmatch(job_name):
-        raise _fail(console, f"--job-name {job_name[:80]!r}: use letters, digits, '.', '_' "
+        raise fail(console, f"--job-name {job_name[:80]!r}: use letters, digits, '.', '_' "
                     "and '-' (up to 200 characters, not starting with '.' or '-'); it names "
                     "a folder inside --jobs-dir")
     route = None
@@ -426,7 +421,7 @@ def run(
         route = _route_config(console, model, api_base, api_key_env,
                               _scripts_dirs(scripts_dir, folders[0] if folders else None))
     elif getattr(create_agent(agent, None, catalog), "needs_gateway", False):
-        raise _fail(console, f"agent {agent!r} calls a model: pass --model provider/model "
+        raise fail(console, f"agent {agent!r} calls a model: pass --model provider/model "
                     "(e.g. scripted/solver for a dry run, openai/gpt-4.1)")
 
     from sandlot.job_tasks import DatasetRequest, gather_tasks
@@ -444,8 +439,8 @@ def run(
     problems_in_tasks = check_tasks(paths, need_solution=agent == "oracle", sandbox=sandbox)
     _print_warning_groups(console, [p for p in problems_in_tasks if p.severity == "warning"])
     overrides = ResourceOverrides(override_cpus, override_memory_mb, override_storage_mb)
-    tasks = [overrides.apply(_load_job_task(t, need_solution=agent == "oracle",
-                                            sandbox=sandbox, build_args=build_args))
+    tasks = [overrides.apply(t.load(need_solution=agent == "oracle", sandbox=sandbox,
+                                    build_args=build_args))
              for t in gathered.tasks]
     invalid = [t for t in tasks if not t.is_valid]
     if invalid:
@@ -467,7 +462,7 @@ def run(
             build_args=build_args,
             notify=lambda line: console.print(f"[yellow]{escape(line)}[/]"))
     except ValueError as exc:
-        raise _fail(console, str(exc)) from exc
+        raise fail(console, str(exc)) from exc
     except SandboxError as exc:
         problems.append(f"sandbox {sandbox}: {exc}")
     notes: list[str] = []
@@ -521,7 +516,7 @@ def run(
         with display:
             summary = _run_cancellable(coro)
     except ConfigMismatchError as exc:
-        raise _fail(console, str(exc)) from exc
+        raise fail(console, str(exc)) from exc
     except JobSetupError as exc:
         raise _fail_preflight(console, [str(exc)], False) from exc
     except (OSError, BaseExceptionGroup) as exc:
@@ -529,7 +524,7 @@ def run(
         if os_error is None:
             raise
         where = os_error.filename or jobs_root / config.job_name
-        raise _fail(console, f"cannot write the job's files ({where}): "
+        raise fail(console, f"cannot write the job's files ({where}): "
                     f"{os_error.strerror or os_error}; finished trials are kept, free some "
                     "space and run the same command again to resume") from None
     except KeyboardInterrupt:
@@ -606,25 +601,25 @@ def _check_flags(console: Console, *, sandbox: str, image_policy: str, verifier_
     from sandlot.separate_verifier import VERIFIER_MODE_CHOICES
 
     if sandbox not in BACKENDS:
-        raise _fail(console, f"--sandbox {sandbox!r} is not a backend: use one of "
+        raise fail(console, f"--sandbox {sandbox!r} is not a backend: use one of "
                     f"{', '.join(BACKENDS)}")
     if image_policy not in IMAGE_POLICIES:
-        raise _fail(console, f"--image-policy {image_policy!r}: use one of "
+        raise fail(console, f"--image-policy {image_policy!r}: use one of "
                     f"{', '.join(IMAGE_POLICIES)}")
     if verifier_mode not in VERIFIER_MODE_CHOICES:
-        raise _fail(console, f"--verifier-mode {verifier_mode!r}: use one of "
+        raise fail(console, f"--verifier-mode {verifier_mode!r}: use one of "
                     f"{', '.join(VERIFIER_MODE_CHOICES)}")
     if model is None:
         for flag, value in needs_model.items():
             if value:
-                raise _fail(console, f"{flag} is for the model: add --model provider/model "
+                raise fail(console, f"{flag} is for the model: add --model provider/model "
                             f"or drop {flag}")
     for folder in scripts_dir or []:
         if not folder.is_dir():
-            raise _fail(console, f"--scripts-dir {folder}: no such folder (give the folder "
+            raise fail(console, f"--scripts-dir {folder}: no such folder (give the folder "
                         "that holds the scripted models' .toml files)")
     if repair_template is not None and repair_attempts < 1:
-        raise _fail(console, "--repair-template is used only with --repair-attempts N "
+        raise fail(console, "--repair-template is used only with --repair-attempts N "
                     "(N ≥ 1): add it or drop the template")
 
 
@@ -645,27 +640,8 @@ def _read_template(console: Console, path: Path) -> str:
         text = path.read_text()
         render_feedback(text, Verdict(0.0, {}, 0.0, 1, output="x"), 2, 3, [])
     except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise _fail(console, f"--repair-template {path}: {exc}") from exc
+        raise fail(console, f"--repair-template {path}: {exc}") from exc
     return text
-
-
-def _load_job_task(job_task, *, need_solution: bool, sandbox: str,  # type: ignore[no-untyped-def]
-                   build_args: dict[str, str]):
-    """The Task to run for one gathered task, carrying its source; a dataset's task that
-    could not be fetched is an invalid Task naming why."""
-    import dataclasses
-
-    from sandlot.tasks.config import TaskConfig
-    from sandlot.tasks.loader import Task, load_task_or_invalid
-
-    if job_task.folder is None:
-        return Task(name=job_task.name, path=Path("/nonexistent") / job_task.name,
-                    config=TaskConfig(), instruction="", dockerfile=None, digest="",
-                    problems=(job_task.problem or "its folder could not be fetched",),
-                    source=job_task.source)
-    task = load_task_or_invalid(job_task.folder, need_solution=need_solution,
-                                sandbox=sandbox, build_args=build_args)
-    return dataclasses.replace(task, source=job_task.source)
 
 
 def _scripts_dirs(given: list[Path] | None, tasks_dir: Path | None) -> list[Path]:
@@ -692,7 +668,7 @@ def _route_config(console: Console, model: str, api_base: str | None,
     try:
         Router(route)
     except (RoutingError, ScriptError) as exc:
-        raise _fail(console, str(exc)) from exc
+        raise fail(console, str(exc)) from exc
     return route
 
 

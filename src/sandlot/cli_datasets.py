@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from sandlot.cli_common import fail
 from sandlot.exit_codes import ExitCode
 from sandlot.paths import default_cache_dir
 from sandlot.terminal import make_console
@@ -38,11 +39,6 @@ def register(app: typer.Typer) -> None:
     app.add_typer(datasets_app, name="datasets")
 
 
-def _fail(console: Console, message: str, code: ExitCode = ExitCode.PREFLIGHT) -> typer.Exit:
-    console.print(f"[red]error:[/] {escape(message)}", soft_wrap=True)
-    return typer.Exit(code)
-
-
 def _registries(console: Console, paths: list[Path] | None, urls: list[str] | None,
                 cache_dir: Path | None) -> list:  # type: ignore[type-arg]
     from sandlot.datasets.registry import RegistryError
@@ -51,7 +47,7 @@ def _registries(console: Console, paths: list[Path] | None, urls: list[str] | No
     try:
         return open_registries(paths or [], urls or [], _root(cache_dir), console)
     except RegistryError as exc:
-        raise _fail(console, str(exc)) from exc
+        raise fail(console, str(exc), ExitCode.PREFLIGHT) from exc
 
 
 def _dataset(console: Console, ref: str, paths: list[Path] | None, urls: list[str] | None,
@@ -63,7 +59,7 @@ def _dataset(console: Console, ref: str, paths: list[Path] | None, urls: list[st
     try:
         return registries, resolve_dataset(registries, ref)
     except RegistryError as exc:
-        raise _fail(console, str(exc)) from exc
+        raise fail(console, str(exc), ExitCode.PREFLIGHT) from exc
 
 
 def _root(cache_dir: Path | None) -> Path:
@@ -178,7 +174,7 @@ def datasets_pull(
     try:
         fetched = fetch_with_bar(cache, chosen, console)
     except GitError as exc:
-        raise _fail(console, str(exc)) from exc
+        raise fail(console, str(exc), ExitCode.PREFLIGHT) from exc
     lost = [t for t in fetched if t.folder is None]
     for task in lost:
         console.print(f"[red]error[/] {escape(task.name)}: {escape(task.problem or '')}",

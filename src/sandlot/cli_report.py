@@ -11,17 +11,10 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 
+from sandlot.cli_common import fail
 from sandlot.terminal import make_console
-
-EXIT_BAD_INPUT = 2
-
-
-def _fail(console: Console, message: str) -> typer.Exit:
-    console.print(f"[red]error:[/] {escape(message)}")
-    return typer.Exit(EXIT_BAD_INPUT)
 
 
 def view(
@@ -38,7 +31,7 @@ def view(
 
     console = make_console()
     if not jobs_dir.is_dir():
-        raise _fail(console, f"{jobs_dir} is not a folder (run some jobs first, or pass the "
+        raise fail(console, f"{jobs_dir} is not a folder (run some jobs first, or pass the "
                     "folder given to `sandlot run --jobs-dir`)")
     page = ""
     if is_job_dir(jobs_dir):  # one job: serve its parent, open the job
@@ -54,7 +47,7 @@ def view(
     try:
         serve(jobs_dir, port=port, open_browser=not no_browser, path=page, on_ready=ready)
     except OSError as exc:
-        raise _fail(console, f"cannot listen on 127.0.0.1:{port}: {exc}") from exc
+        raise fail(console, f"cannot listen on 127.0.0.1:{port}: {exc}") from exc
 
 
 def compare(
@@ -77,13 +70,13 @@ def compare(
 
     console = make_console()
     if len(jobs) < 2:
-        raise _fail(console, "compare needs at least two jobs")
+        raise fail(console, "compare needs at least two jobs")
     if output_format not in ("table", "json", "markdown"):
-        raise _fail(console, f"--format must be table, json or markdown, not {output_format!r}")
+        raise fail(console, f"--format must be table, json or markdown, not {output_format!r}")
     try:
         paths = [resolve_job_arg(j, jobs_dir) for j in jobs]
     except JobNotFound as exc:
-        raise _fail(console, str(exc)) from exc
+        raise fail(console, str(exc)) from exc
     data = compare_jobs(paths, alpha=alpha, seed=seed, n_resamples=resamples)
     if output_format == "json":
         typer.echo(json.dumps(data, indent=2))
@@ -113,12 +106,12 @@ def export(
 
     console = make_console(stderr=True)
     if output_format not in FORMATS:
-        raise _fail(console, f"--format must be one of {', '.join(FORMATS)}, "
+        raise fail(console, f"--format must be one of {', '.join(FORMATS)}, "
                     f"not {output_format!r}")
     try:
         path = resolve_job_arg(job, jobs_dir)
     except JobNotFound as exc:
-        raise _fail(console, str(exc)) from exc
+        raise fail(console, str(exc)) from exc
     if output_format == "atif":
         out_dir = output or Path(f"{path.name}-atif")
         written = export_atif(path, out_dir)

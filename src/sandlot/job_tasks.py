@@ -9,6 +9,7 @@ not a silent overwrite.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,7 +18,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from sandlot.models import TaskSource
-from sandlot.tasks.loader import discover_tasks
+from sandlot.tasks.loader import Task, discover_tasks, invalid_task, load_task_or_invalid
 from sandlot.tasks.naming import task_name
 
 
@@ -30,6 +31,17 @@ class JobTask:
     folder: Path | None
     source: TaskSource | None = None
     problem: str | None = None
+
+    def load(self, *, need_solution: bool, sandbox: str, build_args: dict[str, str]) -> Task:
+        """The Task to run, carrying its source; one that could not be fetched is an
+        invalid Task naming why."""
+        if self.folder is None:
+            return invalid_task(self.name, Path("/nonexistent") / self.name,
+                                (self.problem or "its folder could not be fetched",),
+                                source=self.source)
+        task = load_task_or_invalid(self.folder, need_solution=need_solution,
+                                    sandbox=sandbox, build_args=build_args)
+        return dataclasses.replace(task, source=self.source)
 
 
 @dataclass

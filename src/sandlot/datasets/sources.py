@@ -33,10 +33,14 @@ class RegistrySources:
     paths: tuple[Path, ...] = ()
     urls: tuple[str, ...] = ()
 
-    def ordered(self) -> list[str]:
+    def urls_to_read(self) -> tuple[str, ...]:
+        """The URLs, or Harbor's when no registry at all is given."""
         if not self.paths and not self.urls:
-            return [DEFAULT_REGISTRY_URL]
-        return [str(p) for p in self.paths] + list(self.urls)
+            return (DEFAULT_REGISTRY_URL,)
+        return self.urls
+
+    def ordered(self) -> list[str]:
+        return [str(p) for p in self.paths] + list(self.urls_to_read())
 
 
 @dataclass
@@ -51,7 +55,7 @@ def load_registries(sources: RegistrySources, cache_root: Path) -> LoadedRegistr
     loaded = LoadedRegistries([])
     for path in sources.paths:  # absolute: results record which file answered
         loaded.registries.append(read_registry_file(path.expanduser().resolve()))
-    for url in sources.urls or (() if sources.paths else (DEFAULT_REGISTRY_URL,)):
+    for url in sources.urls_to_read():
         if url.startswith("file://"):
             loaded.registries.append(read_registry_file(
                 Path(url.removeprefix("file://")).resolve()))

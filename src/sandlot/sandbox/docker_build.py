@@ -16,11 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
 import hashlib
 import io
 import json
-import os
 import re
 import secrets
 import tarfile
@@ -35,6 +33,7 @@ from sandlot.errors import ErrorKind, TrialError
 from sandlot.fsutil import write_atomic
 from sandlot.images.config import ImageConfig
 from sandlot.images.reference import ImageReferenceError, override_image, parse_image_ref
+from sandlot.locks import file_lock
 from sandlot.sandbox.docker_engine import KEY_LABEL, OWNER_LABEL, ROLE_LABEL, Engine, kill_marked
 
 #: Bump when what goes into an image changes, so old cached images are not reused.
@@ -227,9 +226,7 @@ class ImageBuilder:
                 write_atomic(log_path, f"using the cached image {tag}\n")
                 return tag
             self.lock_dir.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.lock_dir / f"{key}.lock", os.O_CREAT | os.O_RDWR, 0o600)
-            try:
-                await self.engine.call(fcntl.flock, fd, fcntl.LOCK_EX)
+            async with file_lock(self.lock_dir / f"{key}.lock"):
                 # Another sandlot may have built it while we waited for the lock.
                 if (fresh and await self._exists(tag)):
                     write_atomic(log_path, f"using the cached image {tag}\n")
@@ -237,10 +234,6 @@ class ImageBuilder:
                 async with self._slots:
                     await self._build(spec, key, tag, timeout_sec, log_path)
                 self._built.add(key)
-            finally:
-                with contextlib.suppress(OSError):
-                    fcntl.flock(fd, fcntl.LOCK_UN)
-                os.close(fd)
         return tag
 
     async def _build(self, spec: BuildSpec, key: str, tag: str, timeout_sec: float,

@@ -11,8 +11,6 @@ one layer (`layer_key`), as overlay stacks only one layer over the host's root.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import fcntl
 import glob
 import hashlib
 import json
@@ -26,6 +24,7 @@ from typing import Any
 
 from sandlot.errors import ErrorKind, TrialError
 from sandlot.hostguard import remove_tree
+from sandlot.locks import file_lock
 from sandlot.sandbox.base import SandboxSpec
 from sandlot.sandbox.tree_copy import RootOf, copy_into_root, folder_inside
 from sandlot.tasks.dockerfile import CopyStep, DockerfilePlan, RunStep, Step
@@ -244,9 +243,7 @@ class LayerCache:
             if final.is_dir():
                 return final
             self.root.mkdir(parents=True, exist_ok=True)
-            lock_fd = os.open(self.root / f"{key}.lock", os.O_CREAT | os.O_RDWR, 0o600)
-            try:
-                await asyncio.to_thread(fcntl.flock, lock_fd, fcntl.LOCK_EX)
+            async with file_lock(self.root / f"{key}.lock"):
                 if final.is_dir():
                     return final
                 staging = self.root / f".build-{os.getpid()}-{key}"
@@ -258,8 +255,4 @@ class LayerCache:
                     os.rename(staging / "upper", final)
                 finally:
                     await asyncio.to_thread(remove_tree, staging, ignore_errors=True)
-            finally:
-                with contextlib.suppress(OSError):
-                    fcntl.flock(lock_fd, fcntl.LOCK_UN)
-                os.close(lock_fd)
         return final

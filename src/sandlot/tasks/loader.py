@@ -180,8 +180,15 @@ def load_task_or_invalid(path: Path, *, need_solution: bool = True,
         digest = hash_tree(path / "environment")
     except OSError:  # an unreadable file: the digest only keys caches and resumes
         digest = ""
-    return Task(name=task_name(path), path=path.resolve(), config=TaskConfig(),
-                instruction="", dockerfile=None, digest=digest, problems=problems)
+    return invalid_task(task_name(path), path.resolve(), problems, digest=digest)
+
+
+def invalid_task(name: str, path: Path, problems: tuple[str, ...], *,
+                 digest: str = "", source: TaskSource | None = None) -> Task:
+    """A stand-in for a task that cannot run: its trials end as task_invalid, naming
+    `problems`, instead of the job stopping."""
+    return Task(name=name, path=path, config=TaskConfig(), instruction="", dockerfile=None,
+                digest=digest, problems=problems, source=source)
 
 
 def discover_tasks(
