@@ -4,18 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import re
-import signal
 import sys
-from datetime import datetime
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 
 from sandlot import cli_datasets, cli_report
-from sandlot.cli_common import fail
+from sandlot.cli_common import fail, is_dir, print_problems
 from sandlot.exit_codes import ExitCode, run_epilog
 from sandlot.paths import default_cache_dir
 from sandlot.terminal import make_console
@@ -34,52 +31,6 @@ app.add_typer(agents_app, name="agents")
 JOB_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,199}")
 
 
-def _first_os_error(exc: BaseException) -> OSError | None:
-    """The OSError inside `exc` (itself, or within an exception group from the job)."""
-    if isinstance(exc, OSError):
-        return exc
-    if isinstance(exc, BaseExceptionGroup):
-        for inner in exc.exceptions:
-            if (found := _first_os_error(inner)) is not None:
-                return found
-    return None
-
-
-def _is_dir(path: Path) -> bool:
-    try:
-        return path.is_dir()
-    except (OSError, ValueError):  # a name too long, a NUL byte...
-        return False
-EXIT_INTERRUPTED = ExitCode.INTERRUPTED
-
-
-def _print_problems(console: Console, problems: list) -> None:  # type: ignore[type-arg]
-    for p in problems:
-        color = "red" if p.severity == "error" else "yellow"
-        field = " " + escape(f"[{p.field}]") if p.field else ""
-        console.print(f"[{color}]{p.severity}[/] {escape(p.task)}/{escape(p.file)}{field}: "
-                      f"{escape(p.message)}\n    [dim]fix:[/] {escape(p.fix)}", soft_wrap=True)
-
-
-def _print_warning_groups(console: Console, warnings: list, limit: int = 10) -> None:  # type: ignore[type-arg]
-    """One line per kind of warning, not per task: a dataset's own key in 500 tasks is
-    one line saying so, while a typo in one task still stands out."""
-    groups: dict[tuple[str, str, str], list] = {}  # type: ignore[type-arg]
-    for p in warnings:
-        key = re.sub(r" \(line \d+\)$", "", p.field or "")
-        groups.setdefault((p.file, key, p.message), []).append(p)
-    for n, ((file, _key, message), items) in enumerate(groups.items()):
-        if n == limit:
-            console.print(f"[yellow]… and {len(groups) - limit} more kinds of warning "
-                          "(see `sandlot tasks check`)[/]")
-            return
-        first = items[0]
-        field = f": {first.field}" if first.field else ""
-        more = f" (and {len(items) - 1} more tasks)" if len(items) > 1 else ""
-        console.print(escape(f"warning: {first.task}/{file}{field}: {message}{more} "
-                             f"(fix: {first.fix})"), style="yellow", soft_wrap=True)
-
-
 @tasks_app.command("check")
 def tasks_check(
     tasks_dir: Annotated[Path, typer.Argument(help="A task folder or a folder of tasks.")],
@@ -94,14 +45,14 @@ def tasks_check(
     from sandlot.tasks import check_tasks, discover_tasks
 
     console = make_console()
-    if not _is_dir(tasks_dir):
+    if not is_dir(tasks_dir):
         raise fail(console, f"{str(tasks_dir)[:300]} is not a folder")
     paths = discover_tasks(tasks_dir)
     if not paths:
         raise fail(console, f"no tasks in {tasks_dir}: a task is a folder holding task.toml")
     problems = check_tasks(paths, need_solution=not no_solution, sandbox=sandbox,
                            trust=True)
-    _print_problems(console, problems)
+    print_problems(console, problems)
     errors = [p for p in problems if p.severity == "error"]
     bad = len({p.task for p in errors})
     console.print(f"{len(paths)} tasks checked: {len(paths) - bad} ok, {bad} with errors, "
@@ -222,22 +173,16 @@ def clean(
         raise typer.Exit(1)
 
 
-def _fail_preflight(console: Console, problems: list[str], model_checked: bool) -> typer.Exit:
-    """Every problem found before the run, one line each; nothing was started or written."""
-    for problem in problems:
-        console.print(f"[red]error:[/] {escape(problem)}", soft_wrap=True)
-    skip = "; --no-preflight skips the model check" if model_checked else ""
-    console.print(f"[red]preflight failed[/] ({len(problems)} "
-                  f"problem{'s' if len(problems) != 1 else ''}): nothing was started{skip}",
-                  soft_wrap=True)
-    return typer.Exit(ExitCode.PREFLIGHT)
-
-
 @app.command(epilog=run_epilog())
 def run(
-    agent: Annotated[str, typer.Option(
+    ctx: typer.Context,
+    agent: Annotated[str | None, typer.Option(
         "--agent", "-a", help="Agent name (see `sandlot agents list`), acp:\"<command>\" or "
-        "module:Class.")],
+        "module:Class. Required, here or in --config.")] = None,
+    config: Annotated[Path | None, typer.Option(
+        "--config", "-c", help="A job file (YAML, TOML or JSON) with one key per flag "
+        "(the flag's name with '_' for '-'; TASKS is `tasks`); a flag given here wins over "
+        "its key. Relative paths are relative to the file.")] = None,
     tasks_dirs: Annotated[list[Path] | None, typer.Argument(
         metavar="TASKS", help="Task folders or folders of tasks (and/or -d).")] = None,
     redact_env: Annotated[list[str] | None, typer.Option(
@@ -368,324 +313,28 @@ def run(
         "ended in errors (not failures): such a job's figures are not a benchmark "
         "result.")] = 0.5,
 ) -> None:
-    """Run every task with an agent; resume a job by running it again with its --job-name."""
-    from sandlot.agents import UnknownAgentError, create_agent
-    from sandlot.errors import SandboxError
-    from sandlot.job import ConfigMismatchError, JobSetupError, run_job
-    from sandlot.models import JobConfig
-    from sandlot.report.table import end_of_run
-    from sandlot.sandbox import create_backend, parse_build_args, parse_image_overrides
-    from sandlot.tasks import check_tasks
-    from sandlot.tasks.loader import hash_tree
-    from sandlot.tasks.overrides import ResourceOverrides
+    """Run every task with an agent; resume a job by running it again with its --job-name
+    (or with --config on the job.yaml its folder keeps)."""
+    from sandlot.cli_run import run_resolved
+    from sandlot.run_spec import PARAMETER_KEYS, RunSpecError, resolve_run
 
-    console = make_console(stderr=json_events or json_summary)  # stdout is for the JSON
-    folders = list(tasks_dirs or [])
-    if not folders and not dataset:
-        raise fail(console, "no tasks named: give a task folder (or a folder of tasks), "
-                    "or a dataset with -d NAME[@VERSION]")
-    for folder in folders:
-        if not _is_dir(folder):
-            raise fail(console, f"{str(folder)[:300]} is not a folder")
-    if agent_network not in (None, "none", "public"):
-        raise fail(console, f"--agent-network must be none or public, not {agent_network!r}")
-    from sandlot.agents.acp_registry import AgentCatalog
-
+    given: dict[str, object] = {}
+    environment: dict[str, object] = {}
+    for name, value in ctx.params.items():
+        source = ctx.get_parameter_source(name)
+        key = PARAMETER_KEYS.get(name, name)
+        if name == "config" or source is None:
+            continue
+        if source.name == "COMMANDLINE":
+            given[key] = value
+        elif source.name == "ENVIRONMENT":
+            environment[key] = value
     try:
-        catalog = AgentCatalog.load(agents_file)
-        create_agent(agent, model, catalog)
-    except (UnknownAgentError, ValueError) as exc:
-        raise fail(console, str(exc)) from exc
-    try:
-        build_args = parse_build_args(build_arg)
-    except ValueError as exc:
-        raise fail(console, str(exc)) from exc
-    template_text = _read_template(console, repair_template) if repair_template else None
-    _check_flags(console, sandbox=sandbox, image_policy=image_policy,
-                 verifier_mode=verifier_mode, model=model,
-                 needs_model={"--api-base": api_base, "--api-key-env": api_key_env,
-                              "--scripts-dir": scripts_dir, "--max-turns": max_turns},
-                 scripts_dir=scripts_dir,
-                 repair_template=repair_template, repair_attempts=repair_attempts)
-    cache = (cache_dir or default_cache_dir()).resolve()
-    jobs_root = jobs_dir.resolve()
-    for label, folder in (("--jobs-dir", jobs_root), ("--cache-dir", cache)):
-        if folder.exists() and not folder.is_dir():
-            raise fail(console, f"{label} {folder} is a file, not a folder")
-    if job_name is not None and not JOB_NAME.fullmatch(job_name):
-        raise fail(console, f"--job-name {job_name[:80]!r}: use letters, digits, '.', '_' "
-                    "and '-' (up to 200 characters, not starting with '.' or '-'); it names "
-                    "a folder inside --jobs-dir")
-    route = None
-    if model is not None:
-        route = _route_config(console, model, api_base, api_key_env,
-                              _scripts_dirs(scripts_dir, folders[0] if folders else None))
-    elif getattr(create_agent(agent, None, catalog), "needs_gateway", False):
-        raise fail(console, f"agent {agent!r} calls a model: pass --model provider/model "
-                    "(e.g. scripted/solver for a dry run, openai/gpt-4.1)")
-
-    from sandlot.job_tasks import DatasetRequest, gather_tasks
-
-    gathered = gather_tasks(folders, DatasetRequest(dataset or [], registry_path or [],
-                                                    registry_url or []),
-                            cache, include, exclude, n_tasks, console)
-    problems: list[str] = list(gathered.problems)  # preflight: all said at once
-    if not gathered.tasks and not problems:
-        where = ", ".join(str(f) for f in folders) + (", " if folders and dataset else "") + \
-            ", ".join(dataset or [])
-        problems.append(f"no tasks selected in {where}: a task is a folder holding "
-                        "task.toml (check --include/--exclude)")
-    paths = [t.folder for t in gathered.tasks if t.folder is not None]
-    problems_in_tasks = check_tasks(paths, need_solution=agent == "oracle", sandbox=sandbox)
-    _print_warning_groups(console, [p for p in problems_in_tasks if p.severity == "warning"])
-    overrides = ResourceOverrides(override_cpus, override_memory_mb, override_storage_mb)
-    tasks = [overrides.apply(t.load(need_solution=agent == "oracle", sandbox=sandbox,
-                                    build_args=build_args))
-             for t in gathered.tasks]
-    invalid = [t for t in tasks if not t.is_valid]
-    if invalid:
-        _print_problems(console, [p for p in problems_in_tasks if p.severity == "error"])
-        for lost in gathered.tasks:
-            if lost.problem is not None:
-                console.print(f"[red]error[/] {escape(lost.name)}: {escape(lost.problem)}",
-                              soft_wrap=True)
-        console.print(f"[yellow]{len(invalid)} of {len(tasks)} tasks cannot run: their "
-                      "trials end as task_invalid, the others run (see `sandlot tasks "
-                      "check`)[/]")
-    backend = None
-    try:
-        backend = create_backend(
-            sandbox, cache, force_build=force_build,
-            base_image_overrides=parse_image_overrides(base_image_override),
-            image_policy=image_policy, insecure_registries=insecure_registry or (),
-            image_cache_max_bytes=int(image_cache_max_gb * 1e9) or None,
-            build_args=build_args,
-            notify=lambda line: console.print(f"[yellow]{escape(line)}[/]"))
-    except ValueError as exc:
-        raise fail(console, str(exc)) from exc
-    except SandboxError as exc:
-        problems.append(f"sandbox {sandbox}: {exc}")
-    notes: list[str] = []
-    if route is not None and not no_preflight:
-        from sandlot.preflight import check_model
-
-        found = asyncio.run(check_model(route))
-        problems += found.problems
-        notes += found.notes
-    if problems or backend is None:
-        raise _fail_preflight(console, problems, route is not None and not no_preflight)
-    for note in notes:
-        console.print(f"[dim]{escape(note)}[/]", soft_wrap=True)
-    config = JobConfig(
-        job_name=job_name or datetime.now().strftime("%Y-%m-%d__%H-%M-%S"),
-        agent_version=agent_version,
-        tasks_dir=str(folders[0].resolve()) if folders else None,
-        task_names=[t.name for t in tasks], agent=agent,
-        task_paths={t.name: str(t.path) for t in tasks},
-        task_sources={t.name: t.source for t in tasks if t.source is not None},
-        model=model, n_attempts=n_attempts, n_concurrent=n_concurrent, max_retries=max_retries,
-        timeout_multiplier=timeout_multiplier, agent_network=agent_network,  # type: ignore[arg-type]
-        override_cpus=override_cpus, override_memory_mb=override_memory_mb,
-        override_storage_mb=override_storage_mb,
-        allow_private_network=allow_private_network,
-        api_base=api_base, max_turns=max_turns, repair_attempts=repair_attempts,
-        repair_template=template_text, redact_env=_redact_names(redact_env),
-        sandbox=sandbox, max_copy_out_mb=max_copy_out_mb, jobs_dir=str(jobs_root),
-        verifier_mode=verifier_mode,
-        task_digests={t.name: hash_tree(t.path) for t in tasks if t.path.is_dir()},
-    )
-    gateway = None
-    if route is not None:
-        from sandlot.gateway.routing import Router
-        from sandlot.gateway.server import Gateway
-
-        gateway = Gateway(Router(route))
-    from sandlot.display import make_display
-
-    masked = (*(f.resolve() for f in folders), jobs_root, cache)
-    console.print(f"[bold]sandlot[/] job [cyan]{escape(config.job_name)}[/]: {len(tasks)} tasks "
-                  f"× {n_attempts} attempts, agent {escape(agent)}, sandbox {sandbox}, "
-                  f"-n {n_concurrent} → {jobs_root / config.job_name}")
-    display = make_display(console, job_name=config.job_name, agent=agent, model=model,
-                           sandbox=sandbox, n_planned=len(tasks) * n_attempts, quiet=quiet,
-                           json_events=json_events, heartbeat_sec=heartbeat_sec,
-                           stall_after_sec=stall_after_sec)
-    coro = run_job(config, tasks, backend, masked, display, gateway=gateway, cache_dir=cache,
-                   agents=catalog)
-    try:
-        with display:
-            summary = _run_cancellable(coro)
-    except ConfigMismatchError as exc:
-        raise fail(console, str(exc)) from exc
-    except JobSetupError as exc:
-        raise _fail_preflight(console, [str(exc)], False) from exc
-    except (OSError, BaseExceptionGroup) as exc:
-        os_error = _first_os_error(exc)
-        if os_error is None:
-            raise
-        where = os_error.filename or jobs_root / config.job_name
-        raise fail(console, f"cannot write the job's files ({where}): "
-                    f"{os_error.strerror or os_error}; finished trials are kept, free some "
-                    "space and run the same command again to resume") from None
-    except KeyboardInterrupt:
-        console.print("[yellow]interrupted[/]: running sandboxes were torn down; the partial "
-                      f"summary is in {jobs_root / config.job_name / 'summary.json'}; run the "
-                      "same command again to resume")
-        if json_summary:
-            _print_json_result(jobs_root / config.job_name, ExitCode.INTERRUPTED, None)
-        raise typer.Exit(EXIT_INTERRUPTED) from None
-    from sandlot.job import load_finished
-
-    results = [r for t in tasks for a in range(1, n_attempts + 1)
-               if (r := load_finished(jobs_root / config.job_name / f"{t.name}__{a}" /
-                                      "result.json")) is not None]
-    console.print(end_of_run(summary, results))
-    code, verdict = _run_verdict(summary, max_error_rate)
-    if verdict:
-        console.print(verdict, soft_wrap=True)
-    if json_summary:
-        _print_json_result(jobs_root / config.job_name, code, summary)
-    if code != ExitCode.OK:
-        raise typer.Exit(code)
-
-
-def _run_verdict(summary, limit: float) -> tuple[ExitCode, str | None]:  # type: ignore[no-untyped-def]
-    """The exit code of a job that ran, and the line that says why when it is not 0:
-    the provider stopped it (5), or errors, not the agent's failures, decided most of it (4)."""
-    from sandlot.report.summary import error_rate
-
-    if summary.stopped:
-        not_started = summary.n_trials_planned - summary.n_trials
-        return ExitCode.PROVIDER_FAILED, (
-            f"[red]stopped:[/] {escape(summary.stopped)}; "
-            f"{summary.errors_by_kind.get('provider_error', 0)} trials ended as "
-            f"provider_error and {not_started} were not started. Fix it, then run "
-            "the same command to resume")
-    rate = error_rate(summary)
-    if rate is not None and rate > limit:
-        return ExitCode.TOO_MANY_ERRORS, (
-            f"[red]too many errors:[/] {summary.n_errored} of {summary.n_trials} "
-            f"trials errored ({rate:.0%} > --max-error-rate {limit:g}): these "
-            "figures are not a benchmark result; see errors by kind above")
-    return ExitCode.OK, None
-
-
-def _print_json_result(job_dir: Path, code: ExitCode, summary) -> None:  # type: ignore[no-untyped-def]
-    """`run --json`: the end of the run as one object, for scripts; an interrupted job's
-    summary is read back from its summary.json."""
-    import json
-
-    from sandlot.models import JobSummary
-
-    if summary is None:
-        try:
-            summary = JobSummary.model_validate_json((job_dir / "summary.json").read_text())
-        except (OSError, ValueError):
-            summary = None
-    from sandlot.report.summary import error_rate
-
-    typer.echo(json.dumps({
-        "job_dir": str(job_dir), "exit_code": int(code), "exit_reason": code.name.lower(),
-        "error_rate": None if summary is None else error_rate(summary),
-        "summary": None if summary is None else summary.model_dump(mode="json"),
-    }))
-
-
-def _check_flags(console: Console, *, sandbox: str, image_policy: str, verifier_mode: str,
-                 model: str | None,
-                 needs_model: dict[str, object], scripts_dir: list[Path] | None,
-                 repair_template: Path | None, repair_attempts: int) -> None:
-    """Flags that are wrong whatever the tasks: said before anything is loaded."""
-    from sandlot.sandbox import BACKENDS
-    from sandlot.sandbox.local_backend import IMAGE_POLICIES
-    from sandlot.separate_verifier import VERIFIER_MODE_CHOICES
-
-    if sandbox not in BACKENDS:
-        raise fail(console, f"--sandbox {sandbox!r} is not a backend: use one of "
-                    f"{', '.join(BACKENDS)}")
-    if image_policy not in IMAGE_POLICIES:
-        raise fail(console, f"--image-policy {image_policy!r}: use one of "
-                    f"{', '.join(IMAGE_POLICIES)}")
-    if verifier_mode not in VERIFIER_MODE_CHOICES:
-        raise fail(console, f"--verifier-mode {verifier_mode!r}: use one of "
-                    f"{', '.join(VERIFIER_MODE_CHOICES)}")
-    if model is None:
-        for flag, value in needs_model.items():
-            if value:
-                raise fail(console, f"{flag} is for the model: add --model provider/model "
-                            f"or drop {flag}")
-    for folder in scripts_dir or []:
-        if not folder.is_dir():
-            raise fail(console, f"--scripts-dir {folder}: no such folder (give the folder "
-                        "that holds the scripted models' .toml files)")
-    if repair_template is not None and repair_attempts < 1:
-        raise fail(console, "--repair-template is used only with --repair-attempts N "
-                    "(N ≥ 1): add it or drop the template")
-
-
-def _redact_names(names: list[str] | None) -> list[str]:
-    """The marked names; the usual provider key variables are always marked too."""
-    from sandlot.redact import marked_names
-
-    defaults = ["OPENAI_API_KEY", "ANTHROPIC_API_KEY", "OPENROUTER_API_KEY", "GEMINI_API_KEY"]
-    return marked_names([*(names or []), *defaults])
-
-
-def _read_template(console: Console, path: Path) -> str:
-    """Read and try a repair template now, so a typo fails before any trial runs."""
-    from sandlot.feedback import render_feedback
-    from sandlot.verify import Verdict
-
-    try:
-        text = path.read_text()
-        render_feedback(text, Verdict(0.0, {}, 0.0, 1, output="x"), 2, 3, [])
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise fail(console, f"--repair-template {path}: {exc}") from exc
-    return text
-
-
-def _scripts_dirs(given: list[Path] | None, tasks_dir: Path | None) -> list[Path]:
-    import os
-
-    dirs = list(given or [])
-    if env := os.environ.get("SANDLOT_SCRIPTS_DIR"):
-        dirs += [Path(p) for p in env.split(os.pathsep) if p]
-    if tasks_dir is not None:
-        dirs += [tasks_dir / "scripted", tasks_dir.parent / "scripted"]
-        if (tasks_dir / "task.toml").is_file():  # one task: beside its folder of tasks too
-            dirs.append(tasks_dir.parent.parent / "scripted")
-    return [d.resolve() for d in dirs]
-
-
-def _route_config(console: Console, model: str, api_base: str | None,
-                  api_key_env: str | None, scripts_dirs: list[Path]):  # type: ignore[no-untyped-def]
-    """The job's model route, checked now so a bad --model fails before anything else."""
-    from sandlot.gateway.routing import RouteConfig, Router, RoutingError
-    from sandlot.gateway.scripted import ScriptError
-
-    route = RouteConfig(model=model, api_base=api_base, api_key_env=api_key_env,
-                        scripts_dirs=tuple(scripts_dirs))
-    try:
-        Router(route)
-    except (RoutingError, ScriptError) as exc:
-        raise fail(console, str(exc)) from exc
-    return route
-
-
-def _run_cancellable(coro):  # type: ignore[no-untyped-def]
-    """asyncio.run, with SIGTERM treated like Ctrl-C (cancel, clean up, then exit)."""
-
-    async def main():  # type: ignore[no-untyped-def]
-        loop = asyncio.get_running_loop()
-        task = asyncio.current_task()
-        assert task is not None
-        loop.add_signal_handler(signal.SIGTERM, task.cancel)
-        try:
-            return await coro
-        except asyncio.CancelledError:
-            raise KeyboardInterrupt from None
-
-    return asyncio.run(main())
+        resolved = resolve_run(given, environment, config)
+    except RunSpecError as exc:
+        raise fail(make_console(stderr=json_events or json_summary), str(exc)) from exc
+    spec = resolved.spec
+    run_resolved(resolved, make_console(stderr=spec.json_events or spec.json_summary))
 
 
 def main() -> None:

@@ -20,11 +20,11 @@ from pydantic import ValidationError
 from sandlot.agents import create_agent
 from sandlot.agents.acp_registry import AgentCatalog
 from sandlot.errors import RERUN_ON_RESUME, RETRYABLE_KINDS
-from sandlot.fsutil import write_model
+from sandlot.fsutil import write_atomic, write_model
 from sandlot.hostguard import remove_tree
 from sandlot.live import TrialLive
 from sandlot.models import RESUMABLE_SETTINGS, JobConfig, JobSummary, TrialResult
-from sandlot.redact import secrets_from_env
+from sandlot.redact import redact_text, secrets_from_env
 from sandlot.report.summary import sum_usage, summarize
 from sandlot.sandbox.base import SandboxBackend
 from sandlot.tasks.loader import Task
@@ -187,8 +187,10 @@ async def run_job(config: JobConfig, tasks: list[Task], backend: SandboxBackend,
                   backoff_base_sec: float = 1.0,
                   sleep: Callable[[float], object] = asyncio.sleep,
                   gateway: Any = None, cache_dir: Path | None = None,
-                  agents: AgentCatalog | None = None) -> JobSummary:
+                  agents: AgentCatalog | None = None,
+                  run_file: str | None = None) -> JobSummary:
     """Run (or resume) a job. On cancellation the partial summary is written, then re-raised.
+    `run_file`, the resolved `sandlot run` settings, is kept as job.yaml (redacted).
 
     Raises: ConfigMismatchError before anything starts if a resumed job's settings differ.
     """
@@ -196,6 +198,8 @@ async def run_job(config: JobConfig, tasks: list[Task], backend: SandboxBackend,
     # Before the job folder exists: a failed install leaves nothing to resume or refuse.
     await _prepare_agent(config, cache_dir, agents)
     root = prepare_job_dir(config)
+    if run_file is not None:
+        write_atomic(root / "job.yaml", redact_text(run_file, secrets_from_env(config.redact_env)))
     for leftover in root.rglob(".*.tmp"):  # a write or a retry archive a kill cut short
         remove_tree(leftover, ignore_errors=True)
     await backend.sweep()
