@@ -86,3 +86,26 @@ class CrashOnFailureAgent(ShellAgent):
             raise TrialError(ErrorKind.AGENT_ERROR,
                              f"the agent gave up (exit {result.exit_code})", "agent")
         return AgentOutcome(exit_code=result.exit_code, script_time_sec=result.duration_sec)
+
+
+class StubbornModelAgent(ShellAgent):
+    """Asks the model again and again, whatever it answers (a refusal included): an agent
+    that does not stop on its own when its budget is spent."""
+
+    name = "stubborn-model"
+    needs_gateway = True
+
+    async def run(self, ctx: AgentContext) -> AgentOutcome:
+        import asyncio
+
+        import httpx
+
+        assert ctx.gateway is not None
+        async with httpx.AsyncClient(base_url=ctx.gateway.host_base_url, timeout=30) as client:
+            while True:
+                await client.post(
+                    "/v1/chat/completions",
+                    headers={"authorization": f"Bearer {ctx.gateway.api_key}"},
+                    json={"model": ctx.gateway.model,
+                          "messages": [{"role": "user", "content": "more"}]})
+                await asyncio.sleep(0.2)

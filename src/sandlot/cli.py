@@ -219,6 +219,19 @@ def run(
         help="Job folder name; reuse it to resume. Default: a timestamp.")] = None,
     max_retries: Annotated[int, typer.Option(min=0,
                                              help="Extra tries for infrastructure errors.")] = 0,
+    max_trial_tokens: Annotated[int | None, typer.Option(
+        min=1, help="Each trial's token budget (input + output, as the gateway counts): "
+        "once spent, the gateway refuses the agent's requests and the trial ends as "
+        "budget_exceeded, scored on what the agent left.")] = None,
+    max_trial_cost_usd: Annotated[float | None, typer.Option(
+        min=0.000001, help="Each trial's budget in USD, at LiteLLM's prices (a model "
+        "without a known price is refused).")] = None,
+    max_job_tokens: Annotated[int | None, typer.Option(
+        min=1, help="The job's token budget: once spent, no trial starts and the running "
+        "ones stop (cancelled; they rerun on resume, which may raise it); exit code 6.")
+    ] = None,
+    max_job_cost_usd: Annotated[float | None, typer.Option(
+        min=0.000001, help="The job's budget in USD, as --max-job-tokens.")] = None,
     dataset: Annotated[list[str] | None, typer.Option(
         "--dataset", "-d", help="NAME or NAME@VERSION of a dataset in a registry: its "
         "tasks are fetched into the cache at their recorded commits and run (repeatable; "

@@ -24,6 +24,7 @@ from sandlot.paths import default_cache_dir
 from sandlot.run_spec import ResolvedRun, RunSpec, dump_resolved
 
 JOB_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,199}")
+BUDGET_KEYS = ("max_trial_tokens", "max_trial_cost_usd", "max_job_tokens", "max_job_cost_usd")
 
 
 @dataclass
@@ -124,6 +125,11 @@ def _check_run(resolved: ResolvedRun, console: Console) -> CheckedRun:
     if spec.model is not None:
         route = _route_config(console, spec, _scripts_dirs(
             spec.scripts_dir, spec.tasks[0] if spec.tasks else None))
+        for key in ("max_trial_cost_usd", "max_job_cost_usd"):
+            if getattr(spec, key) is not None and not _has_price(route):
+                raise fail(console, f"{where(key)}: the price of {spec.model} is not known "
+                           "(not in LiteLLM's price table), so its cost cannot be counted; "
+                           "use --max-trial-tokens / --max-job-tokens instead")
     elif getattr(create_agent(spec.agent, None, catalog), "needs_gateway", False):
         raise fail(console, f"agent {spec.agent!r} calls a model: pass --model provider/model "
                    "(e.g. scripted/solver for a dry run, openai/gpt-4.1)")
@@ -142,7 +148,7 @@ def _check_choices(resolved: ResolvedRun, console: Console) -> None:
         if value not in choices:
             raise fail(console, f"{where(key)} {value!r}: use one of {', '.join(choices)}")
     if spec.model is None:
-        for key in ("api_base", "api_key_env", "scripts_dir", "max_turns"):
+        for key in ("api_base", "api_key_env", "scripts_dir", "max_turns", *BUDGET_KEYS):
             if getattr(spec, key):
                 raise fail(console, f"{where(key)} is for the model: add --model "
                            f"provider/model or drop {where(key)}")
@@ -250,6 +256,8 @@ def _job_config(spec: RunSpec, checked: CheckedRun, tasks: list[Any]) -> Any:
         redact_env=_redact_names(spec.redact_env), sandbox=spec.sandbox,
         max_copy_out_mb=spec.max_copy_out_mb, jobs_dir=str(checked.jobs_root),
         verifier_mode=spec.verifier_mode,
+        max_trial_tokens=spec.max_trial_tokens, max_trial_cost_usd=spec.max_trial_cost_usd,
+        max_job_tokens=spec.max_job_tokens, max_job_cost_usd=spec.max_job_cost_usd,
         task_digests={t.name: hash_tree(t.path) for t in tasks if t.path.is_dir()},
     )
 
@@ -262,10 +270,12 @@ def _start(spec: RunSpec, checked: CheckedRun, config: Any, tasks: list[Any],
 
     gateway = None
     if checked.route is not None:
+        from sandlot.gateway.budget import Budget
         from sandlot.gateway.routing import Router
         from sandlot.gateway.server import Gateway
 
-        gateway = Gateway(Router(checked.route))
+        gateway = Gateway(Router(checked.route),
+                          job_budget=Budget(spec.max_job_cost_usd, spec.max_job_tokens))
     masked = (*(f.resolve() for f in spec.tasks), checked.jobs_root, checked.cache)
     n_planned = len(tasks) * spec.n_attempts
     console.print(f"[bold]sandlot[/] job [cyan]{escape(config.job_name)}[/]: {len(tasks)} "
@@ -320,9 +330,16 @@ def _first_os_error(exc: BaseException) -> OSError | None:
 
 def _run_verdict(summary, limit: float) -> tuple[ExitCode, str | None]:  # type: ignore[no-untyped-def]
     """The exit code of a job that ran, and the line that says why when it is not 0:
-    the provider stopped it (5), or errors, not the agent's failures, decided most of it (4)."""
+    the provider stopped it (5), its budget did (6), or errors, not the agent's failures,
+    decided most of it (4)."""
     from sandlot.report.summary import error_rate
 
+    if summary.stopped and summary.stopped_by == "job_budget":
+        not_started = summary.n_trials_planned - summary.n_trials
+        return ExitCode.BUDGET_REACHED, (
+            f"[yellow]stopped:[/] {escape(summary.stopped)}; {summary.n_cancelled} running "
+            f"trials were stopped and {not_started} were not started. Raise "
+            "--max-job-tokens / --max-job-cost-usd and run the same command to resume")
     if summary.stopped:
         not_started = summary.n_trials_planned - summary.n_trials
         return ExitCode.PROVIDER_FAILED, (
@@ -407,6 +424,15 @@ def _route_config(console: Console, spec: RunSpec, scripts_dirs: list[Path]):  #
     except (RoutingError, ScriptError) as exc:
         raise fail(console, str(exc)) from exc
     return route
+
+
+def _has_price(route: Any) -> bool:
+    """Whether the gateway can count the model's cost (LiteLLM's price table, or the
+    scripted model's own price)."""
+    from sandlot.gateway.prices import PriceTable
+    from sandlot.gateway.routing import Router
+
+    return PriceTable(extra=Router(route).extra_prices()).entry(route.model) is not None
 
 
 def _run_cancellable(coro):  # type: ignore[no-untyped-def]

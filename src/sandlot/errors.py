@@ -42,6 +42,9 @@ class ErrorKind(StrEnum):
     PIDS_LIMIT = "pids_limit"
     #: The sandbox's disk quota (task.toml storage_mb) was used up by the command.
     DISK_LIMIT = "disk_limit"
+    #: The trial's budget (--max-trial-tokens / --max-trial-cost-usd) was spent and the
+    #: gateway refused the agent's next request: the agent's own result, still verified.
+    BUDGET_EXCEEDED = "budget_exceeded"
     CANCELLED = "cancelled"
     #: The model provider refused the job's key or does not serve its model: the job
     #: stopped, and this trial's outcome is the provider's, not the agent's (rerun on
@@ -60,7 +63,7 @@ RETRYABLE_KINDS: frozenset[ErrorKind] = frozenset(
 #: agent left, and the trial counts as passed or failed by that reward (not as errored).
 AGENT_FAULT_KINDS: frozenset[ErrorKind] = frozenset(
     {ErrorKind.AGENT_TIMEOUT, ErrorKind.AGENT_ERROR, ErrorKind.AGENT_OOM, ErrorKind.MEMORY_LIMIT,
-     ErrorKind.PIDS_LIMIT, ErrorKind.DISK_LIMIT}
+     ErrorKind.PIDS_LIMIT, ErrorKind.DISK_LIMIT, ErrorKind.BUDGET_EXCEEDED}
 )
 
 

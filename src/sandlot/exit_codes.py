@@ -27,6 +27,9 @@ class ExitCode(IntEnum):
     #: The provider refused the key or does not serve the model mid-run: the job stopped
     #: launching trials; those it cut short are `provider_error`. Fix, then resume.
     PROVIDER_FAILED = 5
+    #: The job's budget (--max-job-tokens / --max-job-cost-usd) was spent: no trial started
+    #: after, the running ones were stopped (`cancelled`). Raise it, then resume.
+    BUDGET_REACHED = 6
     #: Interrupted (Ctrl-C, SIGTERM) after cleaning up; run the same command to resume.
     INTERRUPTED = 130
 
@@ -40,6 +43,8 @@ RUN_EXIT_CODES = (
     (ExitCode.TOO_MANY_ERRORS, "the job ran but more trials errored than --max-error-rate"),
     (ExitCode.PROVIDER_FAILED, "the provider refused the key or the model mid-run: the job "
                                "stopped early; fix it and run again to resume"),
+    (ExitCode.BUDGET_REACHED, "the job's budget was spent: the job stopped early; raise "
+                              "it and run again to resume"),
     (ExitCode.INTERRUPTED, "interrupted (Ctrl-C, SIGTERM); run again to resume"),
 )
 

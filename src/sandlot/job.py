@@ -21,6 +21,7 @@ from sandlot.agents import create_agent
 from sandlot.agents.acp_registry import AgentCatalog
 from sandlot.errors import RERUN_ON_RESUME, RETRYABLE_KINDS
 from sandlot.fsutil import write_atomic, write_model
+from sandlot.gateway.budget import Budget
 from sandlot.hostguard import remove_tree
 from sandlot.live import TrialLive
 from sandlot.models import RESUMABLE_SETTINGS, JobConfig, JobSummary, TrialResult
@@ -77,15 +78,19 @@ class JobRun:
     plans: list[TrialPlan]
     results: dict[str, TrialResult] = field(default_factory=dict)
     n_resumed: int = 0
-    #: Why the job stopped before its end (the provider refused the key or the model).
+    #: Why the job stopped before its end (the provider refused the key or the model, or
+    #: the job's budget was reached), and which of the two.
     stopped: str | None = None
+    stopped_by: str | None = None
+    #: Results of trials that rerun on resume (cancelled, provider_error): what they spent.
+    discarded: list[TrialResult] = field(default_factory=list)
 
     def summary(self, complete: bool = False) -> JobSummary:
         ordered = [self.results[p.name] for p in self.plans if p.name in self.results]
         return summarize(self.config.job_name, self.config.agent, self.config.model,
                          len(self.plans), self.config.n_attempts, ordered,
                          n_resumed=self.n_resumed, complete=complete and not self.stopped,
-                         stopped=self.stopped)
+                         stopped=self.stopped, stopped_by=self.stopped_by)
 
     def write_summary(self, complete: bool = False) -> JobSummary:
         summary = self.summary(complete)
@@ -212,6 +217,8 @@ async def run_job(config: JobConfig, tasks: list[Task], backend: SandboxBackend,
             run.n_resumed += 1
         else:
             if plan.dir.exists():
+                if (cut := load_result(plan.dir / "result.json")) is not None:
+                    run.discarded.append(cut)  # its spend still counts against the budget
                 remove_tree(plan.dir)
             pending.append(plan)
     _notify(observer, "job_started", run.write_summary(), len(pending))
@@ -226,7 +233,10 @@ async def run_job(config: JobConfig, tasks: list[Task], backend: SandboxBackend,
                              cache_dir=cache_dir, agent_version=config.agent_version,
                              redactions=secrets_from_env(config.redact_env),
                              copy_out_max_bytes=config.max_copy_out_mb * 1024 * 1024,
-                             verifier_mode=config.verifier_mode)
+                             verifier_mode=config.verifier_mode,
+                             budget=Budget(config.max_trial_cost_usd, config.max_trial_tokens))
+    if gateway is not None:
+        _count_earlier_spend(gateway, run)
     verifier = ScriptVerifier()
     slots = asyncio.Semaphore(config.n_concurrent)
 
@@ -247,6 +257,8 @@ async def run_job(config: JobConfig, tasks: list[Task], backend: SandboxBackend,
 
     async def one_trial(plan: TrialPlan) -> None:
         async with slots:
+            if gateway is not None and gateway.job_spend.reason is not None:
+                return  # the job's budget is spent: not started (it runs on resume)
             earlier_usage: list[dict[str, object]] = []  # spent by tries that were retried
             for try_number in range(1, config.max_retries + 2):
                 live = TrialLive(plan.name, plan.task.name, plan.attempt, try_number)
@@ -276,7 +288,7 @@ async def run_job(config: JobConfig, tasks: list[Task], backend: SandboxBackend,
         async with asyncio.TaskGroup() as group:
             trials = [group.create_task(one(plan)) for plan in pending]
             if gateway is not None and trials:
-                watcher = asyncio.create_task(_stop_on_provider_failure(gateway, run, trials))
+                watcher = asyncio.create_task(_stop_early(gateway, run, trials))
     except asyncio.CancelledError:
         _record_cancelled(run)
         with contextlib.suppress(Exception):
@@ -287,19 +299,46 @@ async def run_job(config: JobConfig, tasks: list[Task], backend: SandboxBackend,
             watcher.cancel()
         if gateway is not None and pending:
             await asyncio.shield(gateway.stop())
+    if gateway is not None and run.stopped is None and len(run.results) < len(run.plans):
+        _note_stop(gateway, run)  # trials that did not start, before the watcher woke
     summary = run.write_summary(complete=True)
     _notify(observer, "job_finished", summary)
     return summary
 
 
-async def _stop_on_provider_failure(gateway: Any, run: JobRun,
-                                    trials: list[asyncio.Task[None]]) -> None:
-    """When the provider refuses the key or the model, no trial can do better: stop
-    launching, and end the running ones as provider_error (they rerun on resume)."""
-    failure = await gateway.health.wait_fatal()
-    run.stopped = failure.message
+async def _stop_early(gateway: Any, run: JobRun, trials: list[asyncio.Task[None]]) -> None:
+    """When the provider refuses the key or the model, no trial can do better; when the
+    job's budget is spent, none may spend more. Either way: stop launching, and end the
+    running ones (provider_error, or cancelled for the budget; both rerun on resume)."""
+    provider = asyncio.ensure_future(gateway.health.wait_fatal())
+    budget = asyncio.ensure_future(gateway.job_spend.wait_reached())
+    try:
+        await asyncio.wait({provider, budget}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        provider.cancel()
+        budget.cancel()
+    _note_stop(gateway, run)
     for trial in trials:
         trial.cancel()
+
+
+def _note_stop(gateway: Any, run: JobRun) -> None:
+    """Record what stopped the job early, if anything did."""
+    if gateway.health.fatal is not None:
+        run.stopped, run.stopped_by = gateway.health.fatal.message, "provider"
+    elif gateway.job_spend.reason is not None:
+        run.stopped, run.stopped_by = gateway.job_spend.reason, "job_budget"
+
+
+def _count_earlier_spend(gateway: Any, run: JobRun) -> None:
+    """A resumed job's budget counts what its trials spent in earlier runs: the finished
+    ones, their retried tries, and the ones cut short that run again now."""
+    for result in [*run.results.values(), *run.discarded]:
+        for usage in (result.usage, result.retried_usage):
+            if usage:
+                cost = usage.get("cost_usd")
+                gateway.job_spend.add(int(usage.get("total_tokens") or 0),  # type: ignore[call-overload]
+                                      float(cost) if cost is not None else None)  # type: ignore[arg-type]
 
 
 def load_result(path: Path) -> TrialResult | None:

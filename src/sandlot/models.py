@@ -24,7 +24,8 @@ def utc_now() -> str:
 #: JobConfig settings a resumed job may change without changing what it measures.
 #: task_paths: where the same tasks sit (task_digests and task_sources check they are).
 RESUMABLE_SETTINGS: frozenset[str] = frozenset(
-    {"n_concurrent", "max_retries", "jobs_dir", "task_paths"})
+    {"n_concurrent", "max_retries", "jobs_dir", "task_paths", "max_job_tokens",
+     "max_job_cost_usd"})
 
 
 class TaskSource(BaseModel):
@@ -99,6 +100,16 @@ class JobConfig(BaseModel):
         "environment_mode`), or `separate` for every task (a fresh sandbox holding only the "
         "agent's outputs).")
     jobs_dir: str = Field(description="Absolute path of the jobs folder.")
+    max_trial_tokens: int | None = Field(
+        default=None, ge=1, description="Each trial's token budget (input + output), "
+        "enforced by the gateway; reaching it ends the trial as budget_exceeded.")
+    max_trial_cost_usd: float | None = Field(
+        default=None, gt=0, description="Each trial's budget in USD (LiteLLM's prices).")
+    max_job_tokens: int | None = Field(
+        default=None, ge=1, description="The job's token budget: reaching it stops the job "
+        "(a resume may raise it).")
+    max_job_cost_usd: float | None = Field(
+        default=None, gt=0, description="The job's budget in USD (a resume may raise it).")
     task_digests: dict[str, str] = Field(
         default_factory=dict, description="Content digest of each task folder, to spot edits.")
 
@@ -412,6 +423,12 @@ class JobSummary(BaseModel):
     complete: bool = False
     stopped: str | None = Field(
         default=None, description="Why the job stopped before its end: the provider refused "
-        "the key or does not serve the model. The trials it cut short are `provider_error`; "
-        "those not started have no result. Both run on resume.")
+        "the key or does not serve the model (the trials it cut short are `provider_error`), "
+        "or the job's budget was reached (they are `cancelled`). Those trials and the ones "
+        "not started run on resume.")
+    stopped_by: Literal["provider", "job_budget"] | None = Field(
+        default=None, description="What stopped the job early, when `stopped` is set.")
+    n_budget_exceeded: int = Field(
+        default=0, description="Trials whose own budget was spent (`budget_exceeded`): "
+        "scored on what the agent left, so part of n_passed / n_failed.")
     updated_at: str = Field(default_factory=utc_now)

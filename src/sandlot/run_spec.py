@@ -67,6 +67,10 @@ class RunSpec(BaseModel):
     jobs_dir: Path = Path("jobs")
     job_name: str | None = None
     max_retries: int = Field(default=0, ge=0)
+    max_trial_tokens: int | None = Field(default=None, ge=1)
+    max_trial_cost_usd: float | None = Field(default=None, ge=0.000001)
+    max_job_tokens: int | None = Field(default=None, ge=1)
+    max_job_cost_usd: float | None = Field(default=None, ge=0.000001)
     dataset: list[str] = Field(default_factory=list)
     registry_path: list[Path] = Field(default_factory=list)
     registry_url: list[str] = Field(default_factory=list)

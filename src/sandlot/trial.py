@@ -31,6 +31,7 @@ from sandlot.errors import (
     default_cause,
 )
 from sandlot.fsutil import copy_out, write_atomic, write_model
+from sandlot.gateway.budget import Budget
 from sandlot.healthcheck import wait_healthy
 from sandlot.hostguard import remove_tree
 from sandlot.integrity import (
@@ -72,6 +73,9 @@ from sandlot.verify import TESTS_MOUNT, VERIFIER_LOGS, Verdict, Verifier
 
 #: Agent-phase errors after which the verifier still scores what the agent left behind.
 VERIFY_AFTER = AGENT_FAULT_KINDS
+#: How long an agent whose model requests are refused for its budget may take to stop on
+#: its own (most end their turn at the first refusal) before it is stopped.
+BUDGET_GRACE_SEC = 30.0
 CLEANUP_TIMEOUT_SEC = 60.0
 
 
@@ -111,6 +115,8 @@ class TrialSettings:
     copy_out_max_bytes: int = 100 * 1024 * 1024
     #: --verifier-mode: "task" (what task.toml says) or "separate" (every task).
     verifier_mode: str = "task"
+    #: The trial's spend limit, enforced by the gateway (--max-trial-tokens/-cost-usd).
+    budget: Budget | None = None
 
 
 class _PhaseClock:
@@ -151,7 +157,8 @@ async def _open_gateway(settings: TrialSettings, plan: TrialPlan, sandbox: Sandb
                          "provider/model (e.g. scripted/solver, openai/gpt-4.1)", "setup")
     return await settings.gateway.open_trial(plan.name, plan.task.name,
                                              plan.dir / "trajectory",
-                                             sandbox.network_namespace())
+                                             sandbox.network_namespace(),
+                                             budget=settings.budget)
 
 
 def _oom_kills(sandbox: Sandbox | None) -> int | None:
@@ -370,6 +377,10 @@ class _Trial:
         """Why the trial was cancelled: the user, or the job stopping on a provider failure."""
         gateway = self.settings.gateway
         failure = gateway.health.fatal if gateway is not None else None
+        job_budget = gateway.job_spend.reason if gateway is not None else None
+        if failure is None and job_budget is not None:
+            return TrialError(ErrorKind.CANCELLED, f"{job_budget}: the job stopped this trial "
+                              "(it reruns on resume)", None, caused_by="user")
         if failure is None:
             return TrialError(ErrorKind.CANCELLED, "the run was interrupted", None)
         return TrialError(ErrorKind.PROVIDER_ERROR, f"the job stopped: {failure.message}",
@@ -528,7 +539,7 @@ class _Trial:
         oom_before = _oom_kills(self.sandbox)  # the sandbox itself, not the agent's user view
         try:
             with _sandbox_failures("agent"):
-                await self._agent_turns(ctx)
+                await self._turns_within_budget(ctx)
         except TrialError as caught:
             exc = self._named_oom(caught, self.sandbox, oom_before)
             exc.phase = exc.phase or "agent"
@@ -536,7 +547,11 @@ class _Trial:
             if exc.kind not in VERIFY_AFTER:
                 self._raise_if_the_provider_failed()
                 raise
-            self._record(exc)
+            spent = None if exc.kind is ErrorKind.BUDGET_EXCEEDED else self._budget_error()
+            self._record(spent or exc)
+        else:
+            if (spent := self._budget_error()) is not None:
+                self._record(spent)
         finally:
             # The agent's processes end here, before anything is scored...
             if is_conversational(self.agent):
@@ -545,6 +560,50 @@ class _Trial:
             if self.session is not None and end_session:
                 await self.settings.gateway.close_trial(self.session)
         self._raise_if_the_provider_failed()
+
+    async def _turns_within_budget(self, ctx: AgentContext) -> None:
+        """The agent's turns; once the gateway refused a request for the trial's budget,
+        the agent has BUDGET_GRACE_SEC to stop on its own before it is stopped."""
+        session = self.session
+        if session is None or not session.budget:
+            await self._agent_turns(ctx)
+            return
+        turns = asyncio.ensure_future(self._agent_turns(ctx))
+        spent = asyncio.ensure_future(session.budget_spent.wait())
+        stopped = False
+        try:
+            await asyncio.wait({turns, spent}, return_when=asyncio.FIRST_COMPLETED)
+            if not turns.done():
+                self.clock.log(f"{session.budget_refusal}: the agent has "
+                               f"{BUDGET_GRACE_SEC:g} s to stop")
+                await asyncio.wait({turns}, timeout=BUDGET_GRACE_SEC)
+                stopped = not turns.done()
+        finally:
+            spent.cancel()
+            if not turns.done():
+                turns.cancel()
+                # However the agent ends when cancelled (some turn it into an error).
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await turns
+        if stopped:
+            error = self._budget_error()
+            assert error is not None
+            error.message += f"; the agent did not stop within {BUDGET_GRACE_SEC:g} s and " \
+                "was stopped"
+            raise error
+        turns.result()  # the agent's own error, if it raised one
+
+    def _budget_error(self) -> TrialError | None:
+        """budget_exceeded, if the gateway refused one of this trial's requests for its
+        budget: whatever the agent did after (gave up, crashed) came of that."""
+        session = self.session
+        refusal = getattr(session, "budget_refusal", None)
+        if refusal is None:
+            return None
+        n = session.n_budget_refused
+        return TrialError(ErrorKind.BUDGET_EXCEEDED,
+                          f"{refusal}; the gateway refused {n} request{'s' if n != 1 else ''}",
+                          "agent", caused_by="agent")
 
     async def _agent_turns(self, ctx: AgentContext) -> None:
         settings, result = self.settings, self.result

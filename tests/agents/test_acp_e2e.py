@@ -311,3 +311,24 @@ def test_an_agent_that_never_answers_the_handshake_is_errored_not_failed(run_cli
     assert result["timing"]["agent"] < 3 + 10
     found = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True)
     assert not found.stdout.strip()
+
+
+@pytest.mark.parametrize("agent", REAL_AGENTS)
+def test_a_model_that_never_stops_is_cut_at_the_trial_budget(agent, agents_cache, make_task,
+                                                             tmp_path):
+    _answer_task(make_task, "spend")
+    proc = _run(agents_cache, tmp_path / "tasks", tmp_path / "jobs", agent, "scripted/runaway",
+                "--max-trial-tokens", "10000")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    trial = tmp_path / "jobs" / "j" / "spend__1"
+    result = _result(trial)
+    assert result["error"]["kind"] == "budget_exceeded", result["error"]
+    assert "this trial's budget (10,000 tokens) was reached" in result["error"]["message"]
+    # runaway spends 2,500 tokens a turn: four are answered, then every request is refused.
+    assert result["usage"]["total_tokens"] == 10000
+    exchanges = [json.loads(line) for line in
+                 (trial / "trajectory" / "llm_trajectory.jsonl").read_text().splitlines()]
+    statuses = [e["status"] for e in exchanges]
+    assert statuses[:4] == [200] * 4 and set(statuses[4:]) == {402}, statuses
+    assert result["reward"] == 0.0
+    assert not _agent_processes(agent)

@@ -216,3 +216,24 @@ def test_a_model_that_stays_down_ends_as_agent_error_without_pi_retrying(
     assert trace["prompts"][0]["done_reason"] == "error"
     assert trace["prompts"][0]["auto_retries"] == 0
     assert not _pi_processes()
+
+
+def test_a_model_that_never_stops_is_cut_at_the_trial_budget(pi_cache, make_task, tmp_path):
+    _answer_task(make_task, "spend")
+    proc = _pi_run(pi_cache, tmp_path / "tasks", tmp_path / "jobs", "scripted/runaway",
+                   "--max-trial-tokens", "10000")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    trial = tmp_path / "jobs" / "j" / "spend__1"
+    result = json.loads((trial / "result.json").read_text())
+    assert result["error"]["kind"] == "budget_exceeded", result["error"]
+    assert result["error"]["caused_by"] == "agent"
+    assert "this trial's budget (10,000 tokens) was reached" in result["error"]["message"]
+    # runaway spends 2,500 tokens a turn: four are answered, the fifth is refused.
+    assert result["usage"]["total_tokens"] == 10000
+    statuses = [e["status"] for e in _exchanges(trial)]
+    assert statuses[:4] == [200] * 4 and set(statuses[4:]) == {402}, statuses
+    assert result["reward"] == 0.0  # scored on what Pi left: a failure, not an error
+    summary = json.loads((tmp_path / "jobs" / "j" / "summary.json").read_text())
+    assert summary["n_failed"] == 1 and summary["n_errored"] == 0
+    assert summary["n_budget_exceeded"] == 1
+    assert not _pi_processes()

@@ -13,6 +13,7 @@ from typing import Any
 import anthropic
 import openai
 
+from sandlot.gateway.budget import Budget
 from sandlot.gateway.routing import RouteConfig, Router
 from sandlot.gateway.scripted import find_model
 from sandlot.gateway.scripted_server import ScriptedServer
@@ -32,12 +33,12 @@ BASH_TOOL = {"type": "function", "function": {
 
 @contextlib.asynccontextmanager
 async def running_gateway(model: str = "scripted/gw-tools", *, retry: RetryPolicy | None = None,
-                          per_trial_concurrency: int = 8, **route: Any,
-                          ) -> AsyncIterator[Gateway]:
+                          per_trial_concurrency: int = 8, job_budget: Budget | None = None,
+                          **route: Any) -> AsyncIterator[Gateway]:
     """A started Gateway routed to `model` (test scripts first), stopped afterwards."""
     route.setdefault("scripts_dirs", (SCRIPTS,))
     gateway = Gateway(Router(RouteConfig(model, **route)), retry=retry or FAST_RETRY,
-                      per_trial_concurrency=per_trial_concurrency)
+                      per_trial_concurrency=per_trial_concurrency, job_budget=job_budget)
     await gateway.start()
     try:
         yield gateway

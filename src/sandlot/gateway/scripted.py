@@ -77,6 +77,9 @@ class Script:
     #: Nominal USD per million tokens (input, output, cache read), so dry runs show what
     #: cost accounting looks like.
     price_per_mtok: tuple[float, float, float | None] | None = None
+    #: Answer every request past the last turn with the last turn again: a model that
+    #: never stops (for budgets and timeouts).
+    repeat_last_turn: bool = False
 
 
 def _number(value: Any) -> float:
@@ -158,7 +161,7 @@ def load_script(path: Path) -> Script:
         data = tomllib.loads(path.read_text())
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise ScriptError(f"{path}: cannot read the script: {exc}") from exc
-    top_level = {"task", "final_text", "price_per_mtok", "turns"}
+    top_level = {"task", "final_text", "price_per_mtok", "turns", "repeat_last_turn"}
     unknown = set(data) - top_level
     if unknown:
         raise ScriptError(f"{path}: unknown key(s) {', '.join(sorted(unknown))}; "
@@ -178,9 +181,14 @@ def load_script(path: Path) -> Script:
         except (ValueError, TypeError):
             raise ScriptError(f"{path}: price_per_mtok must be {{input = 3.0, output = 15.0}}"
                               " (numbers, USD per million tokens; optional cache_read)") from None
+    repeat = data.get("repeat_last_turn", False)
+    if not isinstance(repeat, bool) or (repeat and not turns):
+        raise ScriptError(f"{path}: repeat_last_turn must be true or false, and true needs "
+                          "at least one [[turns]]")
     return Script(source=str(path), task=str(data.get("task", "*")),
                   turns=[_turn(t, f"{path}: turns[{i}]") for i, t in enumerate(turns)],
-                  final_text=str(data.get("final_text", "Done.")), price_per_mtok=prices)
+                  final_text=str(data.get("final_text", "Done.")), price_per_mtok=prices,
+                  repeat_last_turn=repeat)
 
 
 @dataclass
@@ -223,9 +231,11 @@ def find_model(name: str, search_dirs: list[Path]) -> ScriptedModel:
 
 def pick_turn(script: Script | None, view: RequestView, task: str | None) -> Turn | None:
     """The turn for this request, after its cases; None when the script is over."""
-    if script is None or view.n_assistant_turns >= len(script.turns):
+    if script is None or not script.turns:
         return None
-    turn = script.turns[view.n_assistant_turns]
+    if view.n_assistant_turns >= len(script.turns) and not script.repeat_last_turn:
+        return None
+    turn = script.turns[min(view.n_assistant_turns, len(script.turns) - 1)]
     for pattern, task_glob, alternative, user_pattern in turn.cases:
         if pattern is not None and not re.search(pattern, view.last_tool_result or ""):
             continue

@@ -21,6 +21,7 @@ from typing import Any
 
 from aiohttp import web
 
+from sandlot.gateway.budget import BUDGET_STATUS, Budget, JobSpend
 from sandlot.gateway.faults import FATAL_FAULTS
 from sandlot.gateway.formats import FORMATS, SSEParser, WireFormat
 from sandlot.gateway.formats.base import Usage
@@ -79,14 +80,23 @@ class TrialSession:
     #: Set when one of this trial's requests met the answer that stops the job (a refused
     #: key, an unknown model): the trial's outcome is the provider's, not the agent's.
     provider_failure: ProviderFailure | None = None
+    #: The trial's spend limit, and why its first refused request was refused (set once).
+    budget: Budget = field(default_factory=Budget)
+    budget_refusal: str | None = None
+    #: Set with `budget_refusal`: the trial gives its agent a moment to stop, then ends it.
+    budget_spent: asyncio.Event = field(default_factory=asyncio.Event)
+    n_budget_refused: int = 0
 
 
 class Gateway:
     """Start once per job (`start`), then `open_trial` / `close_trial` around each agent."""
 
     def __init__(self, router: Router, prices: PriceTable | None = None,
-                 retry: RetryPolicy | None = None, per_trial_concurrency: int = 8) -> None:
+                 retry: RetryPolicy | None = None, per_trial_concurrency: int = 8,
+                 job_budget: Budget | None = None) -> None:
         self.router = router
+        #: Every trial's spend (and, on resume, the earlier run's) against the job's budget.
+        self.job_spend = JobSpend(job_budget or Budget())
         self.prices = prices or PriceTable(extra=router.extra_prices())
         self.retry = retry or RetryPolicy()
         self.per_trial_concurrency = per_trial_concurrency
@@ -137,12 +147,14 @@ class Gateway:
         return f"http://127.0.0.1:{self.host_port}"
 
     async def open_trial(self, trial: str, task: str | None, trajectory_dir: Path,
-                         netns_path: str | None = None) -> TrialSession:
+                         netns_path: str | None = None,
+                         budget: Budget | None = None) -> TrialSession:
         """A fresh key for `trial`; with `netns_path`, also a listener inside that netns."""
         trajectory_dir.mkdir(parents=True, exist_ok=True)
         session = TrialSession(trial=trial, task=task, key="sk-sandlot-" + secrets.token_hex(24),
                                trajectory_path=trajectory_dir / "llm_trajectory.jsonl",
-                               limit=asyncio.Semaphore(self.per_trial_concurrency))
+                               limit=asyncio.Semaphore(self.per_trial_concurrency),
+                               budget=budget or Budget())
         self._sessions[session.key] = session
         if netns_path is not None:
             assert self._runner is not None, "start() the gateway first"
@@ -272,6 +284,11 @@ class Gateway:
                 record["upstream_error"] = f"not sent: {failure.message}"
                 return web.json_response(fmt.error_body(failure.status, failure.message),
                                          status=failure.status)
+            if (refusal := self._over_budget(session)) is not None:
+                record["status"] = BUDGET_STATUS
+                record["upstream_error"] = f"not sent: {refusal}"
+                return web.json_response(fmt.error_body(BUDGET_STATUS, refusal),
+                                         status=BUDGET_STATUS)
             upstream = self.router.upstream(fmt.name)
             reply, attempts, errors = await self._send_with_retries(
                 upstream, fmt, request.path, body, headers, ctx, session)
@@ -301,7 +318,26 @@ class Gateway:
             record["cost_usd"] = cost
             record.setdefault("latency_sec", round(time.monotonic() - started, 6))
             session.usage.finish(usage, cost, progress[0], ok)
+            self.job_spend.add(usage.total_tokens, cost)
             _append_jsonl(session.trajectory_path, record)
+
+    def _over_budget(self, session: TrialSession) -> str | None:
+        """Why a request may not go out now (the job's or the trial's budget is spent),
+        said to the agent; the trial learns of it through its session."""
+        reason = self.job_spend.reason
+        if reason is None:
+            totals = session.usage.totals
+            how = session.budget.reached(totals.total_tokens, totals.cost_usd)
+            if how is None:
+                return None
+            reason = (f"this trial's budget ({session.budget.describe()}) was reached: "
+                      f"{how} spent")
+            if session.budget_refusal is None:
+                session.budget_refusal = reason
+                session.budget_spent.set()
+        session.n_budget_refused += 1
+        return (f"sandlot: {reason}; no more model requests are answered in this trial. "
+                "Stop now: your work is scored as it is.")
 
     async def _send_with_retries(self, upstream: Any, fmt: WireFormat, path: str,
                                  body: dict[str, Any], headers: dict[str, str],

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from math import comb
 
-from sandlot.errors import AGENT_FAULT_KINDS
+from sandlot.errors import AGENT_FAULT_KINDS, ErrorKind
 from sandlot.models import JobSummary, PhaseTiming, StepSummary, TrialResult
 from sandlot.report.outcome import count_outcomes
 
@@ -105,7 +105,8 @@ def step_figures(results: list[TrialResult]) -> dict[str, StepSummary]:
 
 def summarize(job_name: str, agent: str, model: str | None, n_planned: int, max_k: int,
               results: list[TrialResult], *, n_resumed: int = 0,
-              complete: bool = False, stopped: str | None = None) -> JobSummary:
+              complete: bool = False, stopped: str | None = None,
+              stopped_by: str | None = None) -> JobSummary:
     counts = count_outcomes(results)
     scored = [r for r in results if r.scored]
     errored = [r for r in results if not r.scored]
@@ -140,7 +141,8 @@ def summarize(job_name: str, agent: str, model: str | None, n_planned: int, max_
         spend_usd=round(sum(float(c) for c in costs), 8) if costs else None,  # type: ignore[arg-type]
         **usage_rates(results, usage, n_passed, model is not None),  # type: ignore[arg-type]
         n_resumed=n_resumed, n_cancelled=counts.cancelled,
-        complete=complete, stopped=stopped,
+        complete=complete, stopped=stopped, stopped_by=stopped_by,  # type: ignore[arg-type]
+        n_budget_exceeded=kinds.get(str(ErrorKind.BUDGET_EXCEEDED), 0),
     )
 
 

@@ -78,9 +78,11 @@ def new_id(prefix: str) -> str:
 
 def openai_error_body(status: int, message: str) -> dict[str, Any]:
     """OpenAI's error shape, shared by Chat Completions and Responses."""
-    kind = {401: "invalid_request_error", 429: "rate_limit_exceeded"}.get(status,
-                                                                          "server_error")
-    return {"error": {"message": message, "type": kind, "param": None, "code": str(status)}}
+    kind = {401: "invalid_request_error", 402: "insufficient_quota",
+            429: "rate_limit_exceeded"}.get(status, "server_error")
+    # OpenAI's own clients stop (not retry) on the code "insufficient_quota".
+    code = "insufficient_quota" if status == 402 else str(status)
+    return {"error": {"message": message, "type": kind, "param": None, "code": code}}
 
 
 def pieces(text: str, size: int = 24) -> list[str]:

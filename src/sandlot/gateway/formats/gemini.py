@@ -26,7 +26,8 @@ from sandlot.gateway.formats.base import (
 
 FINISH = {"stop": "STOP", "tool_calls": "STOP", "length": "MAX_TOKENS"}
 #: Google's error `status` names by HTTP status.
-STATUS_NAMES = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED",
+STATUS_NAMES = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 402: "FAILED_PRECONDITION",
+                403: "PERMISSION_DENIED",
                 404: "NOT_FOUND", 429: "RESOURCE_EXHAUSTED", 500: "INTERNAL",
                 503: "UNAVAILABLE", 504: "DEADLINE_EXCEEDED"}
 #: Keys the gateway adds to the body (from the URL); never sent to a provider.

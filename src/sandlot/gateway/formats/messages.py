@@ -128,7 +128,8 @@ class MessagesFormat:
 
     def error_body(self, status: int, message: str) -> dict[str, Any]:
         kind = {400: "invalid_request_error", 401: "authentication_error",
-                429: "rate_limit_error", 529: "overloaded_error"}.get(status, "api_error")
+                402: "billing_error", 429: "rate_limit_error",
+                529: "overloaded_error"}.get(status, "api_error")
         return {"type": "error", "error": {"type": kind, "message": message}}
 
 
