@@ -204,6 +204,24 @@ def run(
         "<tasks>/scripted, <tasks>/../scripted, the built-ins.")] = None,
     max_turns: Annotated[int | None, typer.Option(
         min=1, help="Model turns per prompt for agents that honour it (builtin).")] = None,
+    temperature: Annotated[float | None, typer.Option(
+        min=0.0, max=2.0, help="Sampling temperature for every model request of every agent "
+        "(set by the gateway; wins over the agent's own value; not given: the agent's).")
+    ] = None,
+    max_output_tokens: Annotated[int | None, typer.Option(
+        min=1, help="The most output tokens per model request (max_tokens, "
+        "max_completion_tokens, max_output_tokens or maxOutputTokens, as the request's "
+        "format says); wins over the agent's value.")] = None,
+    reasoning_effort: Annotated[str | None, typer.Option(
+        help="none, minimal, low, medium, high or xhigh: reasoning_effort (OpenAI), a "
+        "thinking budget (Anthropic, Google: 0/1024/1024/2048/4096/8192 tokens); wins over "
+        "the agent's value.")] = None,
+    seed: Annotated[int | None, typer.Option(
+        help="Sampling seed, where the request's format has one (Chat Completions, Google); "
+        "wins over the agent's value.")] = None,
+    model_kwarg: Annotated[list[str] | None, typer.Option(
+        "--model-kwarg", help="KEY=VALUE set at the top of every request body (VALUE read as "
+        "JSON when it is: top_p=0.9; repeatable); wins over the agent's value.")] = None,
     repair_attempts: Annotated[int, typer.Option(
         min=0, help="After the agent finishes, verify and send failing feedback back into "
         "its session up to N times.")] = 0,

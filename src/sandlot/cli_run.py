@@ -25,6 +25,7 @@ from sandlot.run_spec import ResolvedRun, RunSpec, dump_resolved
 
 JOB_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,199}")
 BUDGET_KEYS = ("max_trial_tokens", "max_trial_cost_usd", "max_job_tokens", "max_job_cost_usd")
+GENERATION_KEYS = ("temperature", "max_output_tokens", "reasoning_effort", "seed", "model_kwarg")
 
 
 @dataclass
@@ -32,6 +33,7 @@ class CheckedRun:
     """Settings checked against this machine, before any task is read."""
 
     catalog: Any  # sandlot.agents.acp_registry.AgentCatalog
+    generation: Any  # sandlot.gateway.generation.GenerationSettings
     build_args: dict[str, str]
     template_text: str | None
     cache: Path
@@ -133,7 +135,28 @@ def _check_run(resolved: ResolvedRun, console: Console) -> CheckedRun:
     elif getattr(create_agent(spec.agent, None, catalog), "needs_gateway", False):
         raise fail(console, f"agent {spec.agent!r} calls a model: pass --model provider/model "
                    "(e.g. scripted/solver for a dry run, openai/gpt-4.1)")
-    return CheckedRun(catalog, build_args, template_text, cache, jobs_root, route)
+    return CheckedRun(catalog, _generation(resolved, console), build_args, template_text,
+                      cache, jobs_root, route)
+
+
+def _generation(resolved: ResolvedRun, console: Console) -> Any:
+    from sandlot.gateway.generation import (
+        REASONING_EFFORTS,
+        GenerationError,
+        GenerationSettings,
+        parse_model_kwargs,
+    )
+
+    spec = resolved.spec
+    if spec.reasoning_effort is not None and spec.reasoning_effort not in REASONING_EFFORTS:
+        raise fail(console, f"{resolved.where('reasoning_effort')} {spec.reasoning_effort!r}: "
+                   f"use one of {', '.join(REASONING_EFFORTS)}")
+    try:
+        kwargs = parse_model_kwargs(spec.model_kwarg)
+    except GenerationError as exc:
+        raise fail(console, str(exc)) from exc
+    return GenerationSettings(spec.temperature, spec.max_output_tokens, spec.reasoning_effort,
+                              spec.seed, kwargs)
 
 
 def _check_choices(resolved: ResolvedRun, console: Console) -> None:
@@ -148,7 +171,8 @@ def _check_choices(resolved: ResolvedRun, console: Console) -> None:
         if value not in choices:
             raise fail(console, f"{where(key)} {value!r}: use one of {', '.join(choices)}")
     if spec.model is None:
-        for key in ("api_base", "api_key_env", "scripts_dir", "max_turns", *BUDGET_KEYS):
+        for key in ("api_base", "api_key_env", "scripts_dir", "max_turns", *BUDGET_KEYS,
+                    *GENERATION_KEYS):
             if getattr(spec, key):
                 raise fail(console, f"{where(key)} is for the model: add --model "
                            f"provider/model or drop {where(key)}")
@@ -258,6 +282,7 @@ def _job_config(spec: RunSpec, checked: CheckedRun, tasks: list[Any]) -> Any:
         verifier_mode=spec.verifier_mode,
         max_trial_tokens=spec.max_trial_tokens, max_trial_cost_usd=spec.max_trial_cost_usd,
         max_job_tokens=spec.max_job_tokens, max_job_cost_usd=spec.max_job_cost_usd,
+        generation=checked.generation.as_dict(),
         task_digests={t.name: hash_tree(t.path) for t in tasks if t.path.is_dir()},
     )
 
@@ -275,7 +300,8 @@ def _start(spec: RunSpec, checked: CheckedRun, config: Any, tasks: list[Any],
         from sandlot.gateway.server import Gateway
 
         gateway = Gateway(Router(checked.route),
-                          job_budget=Budget(spec.max_job_cost_usd, spec.max_job_tokens))
+                          job_budget=Budget(spec.max_job_cost_usd, spec.max_job_tokens),
+                          generation=checked.generation)
     masked = (*(f.resolve() for f in spec.tasks), checked.jobs_root, checked.cache)
     n_planned = len(tasks) * spec.n_attempts
     console.print(f"[bold]sandlot[/] job [cyan]{escape(config.job_name)}[/]: {len(tasks)} "

@@ -110,6 +110,10 @@ class JobConfig(BaseModel):
         "(a resume may raise it).")
     max_job_cost_usd: float | None = Field(
         default=None, gt=0, description="The job's budget in USD (a resume may raise it).")
+    generation: dict[str, object] = Field(
+        default_factory=dict, description="Generation settings set on every model request "
+        "(temperature, max_output_tokens, reasoning_effort, seed, model_kwargs); empty: the "
+        "agents' own.")
     task_digests: dict[str, str] = Field(
         default_factory=dict, description="Content digest of each task folder, to spot edits.")
 
@@ -283,6 +287,11 @@ class TrialResult(BaseModel):
         "part of `usage`, which is this result's own.")
     agent_info: dict[str, object] = Field(
         default_factory=dict, description="What the agent reported: turns, tool calls...")
+    generation: dict[str, object] | None = Field(
+        default=None, description="Generation settings: `settings` (the job's flags, set on "
+        "every request), `agent_sent` (each distinct value the agent's requests carried, by "
+        "setting), `n_requests_changed`, and `not_sent` (settings the agent's wire format "
+        "has no field for). Null for a trial without model requests.")
     attempts: list[dict[str, object]] = Field(
         default_factory=list,
         description="Repair attempts: each generation, its feedback evaluation, the feedback.")

@@ -60,6 +60,11 @@ class RunSpec(BaseModel):
     api_key_env: str | None = None
     scripts_dir: list[Path] = Field(default_factory=list)
     max_turns: int | None = Field(default=None, ge=1)
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    max_output_tokens: int | None = Field(default=None, ge=1)
+    reasoning_effort: str | None = None
+    seed: int | None = None
+    model_kwarg: list[str] = Field(default_factory=list)
     repair_attempts: int = Field(default=0, ge=0)
     repair_template: Path | None = None
     n_concurrent: int = Field(default=1, ge=1)
@@ -171,8 +176,9 @@ def file_values(path: Path, data: Mapping[str, Any]) -> dict[str, Any]:
                                f"{_closest(str(key), keys)}")
         if key in PATH_KEYS and value is not None:
             value = _resolved_paths(path.parent, value)
-        if isinstance(value, dict) and key in ("build_arg", "base_image_override"):
-            value = [f"{k}={v}" for k, v in value.items()]  # NAME: VALUE reads better
+        if isinstance(value, dict) and key in ("build_arg", "base_image_override",
+                                                "model_kwarg"):
+            value = [f"{k}={_text(v)}" for k, v in value.items()]  # NAME: VALUE reads better
         elif isinstance(value, str) and key in _list_keys():
             value = [value]  # one task folder or dataset needs no list
         out[key] = value
@@ -215,6 +221,11 @@ def dump_resolved(spec: RunSpec) -> str:
               "# `sandlot run --config <this file>` resumes it; edit n_concurrent or\n"
               "# max_retries freely, other changes are refused on resume.\n")
     return header + yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
+
+
+def _text(value: Any) -> str:
+    """A file's value as the command line would give it (JSON for anything not a string)."""
+    return value if isinstance(value, str) else json.dumps(value)
 
 
 def _resolved_paths(base: Path, value: Any) -> Any:

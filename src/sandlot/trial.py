@@ -161,6 +161,17 @@ async def _open_gateway(settings: TrialSettings, plan: TrialPlan, sandbox: Sandb
                                              budget=settings.budget)
 
 
+def _generation_record(gateway: Any, session: Any) -> dict[str, object] | None:
+    """What the job set and what the agent sent (sandlot.gateway.generation)."""
+    sent = session.sent_settings
+    if not sent.values and not gateway.generation and session.seq == 0:
+        return None
+    formats = sorted(session.formats)
+    not_sent = sorted({name for fmt in formats for name in gateway.generation.not_sent(fmt)})
+    return {"settings": gateway.generation.as_dict(), "agent_sent": sent.values,
+            "n_requests_changed": sent.n_changed, "not_sent": not_sent}
+
+
 def _oom_kills(sandbox: Sandbox | None) -> int | None:
     return sandbox.oom_kills() if isinstance(sandbox, CountsLimitEvents) else None
 
@@ -807,6 +818,7 @@ class _Trial:
             if self.session.open:
                 await settings.gateway.close_trial(self.session)
             result.usage = self.session.usage.totals.as_dict()
+            result.generation = _generation_record(settings.gateway, self.session)
         if self.sandbox is not None:
             self.live.set_phase("cleaning up…")
             with self.clock.phase("cleanup"):

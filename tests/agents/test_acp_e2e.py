@@ -332,3 +332,27 @@ def test_a_model_that_never_stops_is_cut_at_the_trial_budget(agent, agents_cache
     assert statuses[:4] == [200] * 4 and set(statuses[4:]) == {402}, statuses
     assert result["reward"] == 0.0
     assert not _agent_processes(agent)
+
+
+@pytest.mark.parametrize("agent", REAL_AGENTS)
+def test_generation_flags_reach_the_model_in_every_acp_request(agent, agents_cache, tmp_path):
+    proc = _cli(agents_cache, "run", str(EXAMPLES), "-i", "csv-top-customers", "--agent",
+                agent, "--model", "scripted/solver", "--temperature", "0.3",
+                "--max-output-tokens", "6000", "--model-kwarg", "top_p=0.5",
+                "--jobs-dir", str(tmp_path), "--job-name", "j")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    trial = tmp_path / "j" / "csv-top-customers__1"
+    result = _result(trial)
+    assert result["passed"], result
+    exchanges = [json.loads(line) for line in
+                 (trial / "trajectory" / "llm_trajectory.jsonl").read_text().splitlines()]
+    assert exchanges
+    for exchange in exchanges:
+        request = exchange["request"]
+        assert request["temperature"] == 0.3 and request["top_p"] == 0.5
+        # Claude's Messages: max_tokens; codex's Responses: max_output_tokens.
+        assert 6000 in (request.get("max_tokens"), request.get("max_output_tokens"))
+    generation = result["generation"]
+    assert generation["n_requests_changed"] == len(exchanges)
+    if agent == "claude":  # what the agent itself asked for is kept beside what was sent
+        assert "max_output_tokens" in generation["agent_sent"], generation

@@ -237,3 +237,25 @@ def test_a_model_that_never_stops_is_cut_at_the_trial_budget(pi_cache, make_task
     assert summary["n_failed"] == 1 and summary["n_errored"] == 0
     assert summary["n_budget_exceeded"] == 1
     assert not _pi_processes()
+
+
+def test_generation_flags_reach_the_model_in_every_pi_request(pi_cache, tmp_path):
+    proc = _cli(pi_cache, "run", str(EXAMPLES), "-i", "csv-top-customers", "--agent", "pi",
+                "--model", "scripted/solver", "--temperature", "0.3", "--seed", "5",
+                "--max-output-tokens", "3000", "--model-kwarg", "top_p=0.5",
+                "--jobs-dir", str(tmp_path), "--job-name", "j")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    trial = tmp_path / "j" / "csv-top-customers__1"
+    result = json.loads((trial / "result.json").read_text())
+    assert result["passed"], result
+    exchanges = _exchanges(trial)
+    assert exchanges
+    for exchange in exchanges:
+        request = exchange["request"]
+        assert request["temperature"] == 0.3 and request["seed"] == 5
+        assert request["top_p"] == 0.5
+        assert 3000 in (request.get("max_tokens"), request.get("max_completion_tokens"))
+    generation = result["generation"]
+    assert generation["n_requests_changed"] == len(exchanges)
+    # What Pi itself asked for is kept beside what was sent.
+    assert "max_output_tokens" in generation["agent_sent"], generation

@@ -363,3 +363,43 @@ def test_where_a_datasets_tasks_came_from_is_shown(tmp_path, tab, artifacts):
         page.wait_for_selector("h1")
         assert page.locator(".task-source").count() == 0
     assert tab.errors == []
+
+
+def test_generation_settings_budgets_and_an_early_stop_are_shown(tmp_path, tab, artifacts):
+    job = tmp_path / "jobs" / "gen"
+    write_config(job, ["spend"])
+    config = json.loads((job / "config.json").read_text())
+    config.update(generation={"temperature": 0.2, "seed": 7, "model_kwargs": {"top_p": 0.9}},
+                  max_trial_tokens=10000, max_job_cost_usd=5.0)
+    write_json(job / "config.json", config)
+    result = write_result(job, "spend", reward=0.0)
+    result["generation"] = {"settings": {"temperature": 0.2, "seed": 7},
+                            "agent_sent": {"temperature": [1.0], "max_output_tokens": [32000]},
+                            "n_requests_changed": 4, "not_sent": ["seed"]}
+    result["error"] = {"kind": "budget_exceeded", "phase": "agent", "caused_by": "agent",
+                       "message": "this trial's budget (10,000 tokens) was reached"}
+    write_json(job / "spend__1" / "result.json", result)
+    from sandlot.models import TrialResult
+    from sandlot.report.summary import summarize
+
+    summary = summarize("gen", "builtin", "scripted/x", 2, 1, [TrialResult.model_validate(result)],
+                        stopped="the job's budget ($5) was reached: $5.0100 spent",
+                        stopped_by="job_budget")
+    write_json(job / "summary.json", summary.model_dump(mode="json"))
+    page = tab.page
+    with viewer_process(job.parent) as url:
+        page.goto(f"{url}#/job/gen")
+        page.wait_for_selector(".job-settings")
+        note = page.locator(".job-settings").inner_text()
+        assert "temperature 0.2" in note and "seed 7" in note and "top_p=0.9" in note
+        assert "budget per trial: 10" in note and "budget for the job: $5.0000" in note
+        assert "the job's budget ($5) was reached" in page.locator(".job-stopped").inner_text()
+        page.goto(f"{url}#/job/gen/trial/spend__1")
+        page.wait_for_selector(".trial-generation")
+        line = page.locator(".trial-generation").inner_text()
+        assert "temperature 0.2" in line and "4 requests changed" in line
+        assert "the agent sent: temperature 1, max_output_tokens 32000" in line
+        assert "not in the agent's format: seed" in line
+        assert "budget_exceeded" in page.locator(".errbox").inner_text()
+        shot(tab, artifacts, "16-generation-and-budget")
+    assert tab.errors == []

@@ -28,6 +28,8 @@ class ScriptedServer:
         self.required_key = required_key
         self.served_models = served_models
         self.seen_keys: list[str] = []
+        #: Every request body received, in order: what reached the provider.
+        self.seen_bodies: list[dict[str, Any]] = []
         self._runner: web.AppRunner | None = None
         self.port: int | None = None
 
@@ -61,6 +63,7 @@ class ScriptedServer:
         if self.required_key is not None and key != self.required_key:
             return web.json_response(fmt.error_body(401, "bad provider key"), status=401)
         body: dict[str, Any] = await request.json()
+        self.seen_bodies.append(body)
         if fmt.name == "gemini":  # Google's: the model and the method are in the path
             model, _, method = request.match_info["target"].rpartition(":")
             body = {**body, "model": model, "stream": method == "streamGenerateContent"}

@@ -25,6 +25,12 @@ from sandlot.gateway.budget import BUDGET_STATUS, Budget, JobSpend
 from sandlot.gateway.faults import FATAL_FAULTS
 from sandlot.gateway.formats import FORMATS, SSEParser, WireFormat
 from sandlot.gateway.formats.base import Usage
+from sandlot.gateway.generation import (
+    GenerationSettings,
+    SentSettings,
+    agent_values,
+    apply_generation,
+)
 from sandlot.gateway.health import ProviderFailure, ProviderHealth
 from sandlot.gateway.netns import listen_in_netns, netns_cookie
 from sandlot.gateway.prices import PriceTable
@@ -86,6 +92,10 @@ class TrialSession:
     #: Set with `budget_refusal`: the trial gives its agent a moment to stop, then ends it.
     budget_spent: asyncio.Event = field(default_factory=asyncio.Event)
     n_budget_refused: int = 0
+    #: The generation settings the trial's agent sent (before the job's flags were applied).
+    sent_settings: SentSettings = field(default_factory=SentSettings)
+    #: The wire formats the trial's agent spoke.
+    formats: set[str] = field(default_factory=set)
 
 
 class Gateway:
@@ -93,8 +103,11 @@ class Gateway:
 
     def __init__(self, router: Router, prices: PriceTable | None = None,
                  retry: RetryPolicy | None = None, per_trial_concurrency: int = 8,
-                 job_budget: Budget | None = None) -> None:
+                 job_budget: Budget | None = None,
+                 generation: GenerationSettings | None = None) -> None:
         self.router = router
+        #: Set on every request (the flag wins over the agent's value; see generation.py).
+        self.generation = generation or GenerationSettings()
         #: Every trial's spend (and, on resume, the earlier run's) against the job's budget.
         self.job_spend = JobSpend(job_budget or Budget())
         self.prices = prices or PriceTable(extra=router.extra_prices())
@@ -265,12 +278,18 @@ class Gateway:
         started = time.monotonic()
         started_at = time.time()
         session.seq += 1
+        found = agent_values(fmt.name, body)
+        body, changed = apply_generation(self.generation, fmt.name, body)
+        session.sent_settings.add(found, bool(changed))
+        session.formats.add(fmt.name)
         record: dict[str, Any] = {
             "seq": session.seq, "trial": session.trial, "format": fmt.name,
             "endpoint": request.path, "requested_model": body.get("model"),
             "model": self.router.config.model, "stream": bool(body.get("stream")),
             "started_at": started_at, "request": body,
         }
+        if changed:
+            record["generation"] = changed
         ctx = CallContext(session.trial, session.task, self.router.config.model)
         headers = {k.lower(): v for k, v in request.headers.items()}
         session.usage.begin()

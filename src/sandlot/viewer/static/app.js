@@ -468,6 +468,9 @@ async function jobPage(name, params) {
         "Errors by who caused them: ", Object.entries(job.summary.errors_by_cause)
           .map(([k, n]) => `${k} × ${n}`).join(", ")) : null,
       datasetsNote(c),
+      settingsNote(c),
+      job.summary?.stopped ? h("div", { class: "note job-stopped" }, "Stopped early: ",
+        job.summary.stopped) : null,
       job.summary?.roots?.["host-fallback"] ? h("div", { class: "note" },
         `${job.summary.roots["host-fallback"]} trials ran on the host's root because their `
         + "image could not be pulled (host-fallback): their scores are not comparable with "
@@ -832,6 +835,42 @@ function datasetsNote(config) {
     folders > 0 ? `; ${folders} from folders` : "");
 }
 
+/** The job's generation settings and budgets (config.json), said once above the charts:
+ * two jobs' scores compare only with them in view. */
+function settingsNote(config) {
+  const parts = [];
+  const g = config.generation || {};
+  const shown = Object.entries(g).filter(([k]) => k !== "model_kwargs")
+    .map(([k, v]) => `${k} ${v}`);
+  for (const [k, v] of Object.entries(g.model_kwargs || {})) {
+    shown.push(`${k}=${JSON.stringify(v)}`);
+  }
+  if (shown.length) parts.push(`generation: ${shown.join(", ")} (set on every request)`);
+  const budget = (tokensLimit, usd) => [tokensLimit != null ? `${tokens(tokensLimit)} tokens`
+    : null, usd != null ? money(usd) : null].filter(Boolean).join(" or ");
+  const trial = budget(config.max_trial_tokens, config.max_trial_cost_usd);
+  const job = budget(config.max_job_tokens, config.max_job_cost_usd);
+  if (trial) parts.push(`budget per trial: ${trial}`);
+  if (job) parts.push(`budget for the job: ${job}`);
+  return parts.length ? h("div", { class: "muted job-settings" }, parts.join(" · ")) : null;
+}
+
+/** What a trial's agent sent and what the job set (result.json `generation`). */
+function generationLine(gen) {
+  if (!gen) return null;
+  const set = Object.entries(gen.settings || {}).filter(([k]) => k !== "model_kwargs")
+    .map(([k, v]) => `${k} ${v}`);
+  const sent = Object.entries(gen.agent_sent || {})
+    .map(([k, vs]) => `${k} ${vs.map((v) => JSON.stringify(v)).join("/")}`);
+  if (!set.length && !sent.length) return null;
+  return h("div", { class: "muted small trial-generation" },
+    set.length ? `generation set by the job: ${set.join(", ")} (${gen.n_requests_changed} `
+      + "requests changed)" : "",
+    set.length && sent.length ? " · " : "",
+    sent.length ? `the agent sent: ${sent.join(", ")}` : "",
+    gen.not_sent?.length ? ` · not in the agent's format: ${gen.not_sent.join(", ")}` : "");
+}
+
 /** Where a trial's task came from (result.json `task_source`): dataset, repository,
  * commit and path, so two results of one task name can be told apart. */
 function sourceLine(src) {
@@ -879,6 +918,8 @@ function trialHeader(job, trial, detail) {
     r.environment ? card("root", rootText(r.environment)) : null));
   const source = sourceLine(r.task_source);
   if (source) box.append(source);
+  const generation = generationLine(r.generation);
+  if (generation) box.append(generation);
   if (r.environment?.base === "host-fallback") {
     box.append(h("div", { class: "errbox" }, h("b", { text: "host-fallback" }),
       `: ran on the host's root, not on ${r.environment.image}`
