@@ -2,30 +2,31 @@
 
 from __future__ import annotations
 
-import asyncio
 import re
 import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.markup import escape
 
 from sandlot import cli_datasets, cli_report
-from sandlot.cli_common import fail, is_dir, print_problems
+from sandlot.cli_common import escape, fail, is_dir, print_problems
 from sandlot.exit_codes import ExitCode, run_epilog
 from sandlot.paths import default_cache_dir
 from sandlot.terminal import make_console
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
+app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="Benchmark AI coding agents on Harbor-layout tasks in isolated sandboxes.")
-tasks_app = typer.Typer(no_args_is_help=True, help="Inspect and validate task folders.")
-sandbox_app = typer.Typer(no_args_is_help=True, help="Manage sandboxes and their leftovers.")
+tasks_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
+                        help="Inspect and validate task folders.")
+sandbox_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
+                          help="Manage sandboxes and their leftovers.")
 app.add_typer(tasks_app, name="tasks")
 app.add_typer(sandbox_app, name="sandbox")
 cli_report.register(app)
 cli_datasets.register(app)
-agents_app = typer.Typer(no_args_is_help=True, help="The agents sandlot can run.")
+agents_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
+                         help="The agents sandlot can run.")
 app.add_typer(agents_app, name="agents")
 
 JOB_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,199}")
@@ -128,6 +129,8 @@ def sandbox_cleanup(
     cache_dir: Annotated[Path | None, typer.Option(help="sandlot's cache folder.")] = None,
 ) -> None:
     """Remove scratch folders and cgroups left by sandlot runs that were killed."""
+    import asyncio
+
     from sandlot.sandbox.local_backend import LocalBackend
 
     removed = asyncio.run(LocalBackend(cache_dir or default_cache_dir()).sweep())
@@ -152,6 +155,8 @@ def clean(
     """Empty sandlot's cache: installed agents, pulled images, cached layers, scratch left
     by killed runs, and (unless --keep-images) the task images sandlot built. Refused while
     a run uses it."""
+    import asyncio
+
     from sandlot.cache_clean import CacheInUseError, clean_cache
 
     console = make_console()
@@ -371,8 +376,18 @@ def run(
 def main() -> None:
     """The `sandlot` command. A bad command line is one `error:` line naming the flag and
     exit code 2, never click's boxed panel: it must read well in a CI log too."""
+    from sandlot.cli_help import asks_for_help, help_text, tidy_metavars
+
+    argv = sys.argv[1:]
+    command = typer.main.get_command(app)
+    tidy_metavars(command)
+    if asks_for_help(argv):
+        text = help_text(command, argv, "sandlot")
+        if text is not None:
+            print(text)
+            sys.exit(0)
     try:
-        code = app(prog_name="sandlot", standalone_mode=False)
+        code = command.main(args=argv, prog_name="sandlot", standalone_mode=False)
     except typer.TyperException as exc:  # typer's own click: its UsageError and kin
         if type(exc).__name__ == "NoArgsIsHelpError":  # bare `sandlot` or `sandlot tasks`
             exc.show()  # type: ignore[attr-defined]

@@ -6,12 +6,21 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
-from rich.console import Console
-from rich.markup import escape
 
 from sandlot.exit_codes import ExitCode
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+
+def escape(text: str) -> str:
+    """rich's markup escape, imported when first needed (`--help` needs no rich)."""
+    from rich.markup import escape as rich_escape
+
+    return rich_escape(text)
 
 
 def fail(console: Console, message: str, code: ExitCode = ExitCode.USAGE) -> typer.Exit:

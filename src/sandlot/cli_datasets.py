@@ -10,19 +10,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
 
-from sandlot.cli_common import fail
+from sandlot.cli_common import escape, fail
 from sandlot.exit_codes import ExitCode
 from sandlot.paths import default_cache_dir
 from sandlot.terminal import make_console
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from sandlot.datasets.registry import ResolvedDataset
 
-datasets_app = typer.Typer(no_args_is_help=True,
+datasets_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
                            help="Datasets in registries: list, show, pull (fetch ahead).")
 
 RegistryPaths = Annotated[list[Path] | None, typer.Option(
@@ -76,6 +75,8 @@ def datasets_list(registry_path: RegistryPaths = None, registry_url: RegistryUrl
     name_w = min(30, max([7, *(len(r[0]) for r in rows)]))
     version_w = min(12, max([7, *(len(r[1]) for r in rows)]))
     desc_w = max(10, console.width - name_w - version_w - 5 - 6)
+    from rich.table import Table
+
     table = Table(box=None, pad_edge=False, header_style="bold")
     table.add_column("dataset", no_wrap=True, width=name_w, overflow="ellipsis")
     table.add_column("version", no_wrap=True, width=version_w, overflow="ellipsis")
@@ -131,6 +132,8 @@ def datasets_show(ref: Annotated[str, typer.Argument(help="NAME or NAME@VERSION.
     for repo in repos:
         console.print(f"  {escape(repo)}", soft_wrap=True)
     cache = DatasetCache(_root(cache_dir))
+    from rich.table import Table
+
     table = Table(box=None, pad_edge=False, header_style="bold")
     table.add_column("task", no_wrap=True, max_width=32, overflow="ellipsis")
     table.add_column("commit", no_wrap=True)

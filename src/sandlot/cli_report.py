@@ -11,9 +11,8 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.markup import escape
 
-from sandlot.cli_common import fail
+from sandlot.cli_common import escape, fail
 from sandlot.terminal import make_console
 
 

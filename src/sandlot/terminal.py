@@ -8,10 +8,15 @@ columns, or $COLUMNS).
 
 from __future__ import annotations
 
-from rich.console import Console
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 
 def make_console(*, stderr: bool = False) -> Console:
+    from rich.console import Console  # here: `sandlot --help` needs no rich
+
     console = Console(highlight=False, stderr=stderr)
     console.soft_wrap = not console.is_terminal
     return console
