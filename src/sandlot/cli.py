@@ -182,8 +182,11 @@ def clean(
 def run(
     ctx: typer.Context,
     agent: Annotated[str | None, typer.Option(
-        "--agent", "-a", help="Agent name (see `sandlot agents list`), acp:\"<command>\" or "
-        "module:Class. Required, here or in --config.")] = None,
+        "--agent", "-a", help="oracle (runs each task's solution/solve.sh), nop (changes "
+        "nothing: the tests should fail), builtin (sandlot's tool-calling agent; needs "
+        "--model), pi (the Pi coding agent over RPC; needs --model), an ACP agent by name "
+        "(see `sandlot agents list`), acp:\"COMMAND\" for any ACP agent, or module:Class "
+        "for your own Agent class. Required, here or in --config.")] = None,
     config: Annotated[Path | None, typer.Option(
         "--config", "-c", help="A job file (YAML, TOML or JSON) with one key per flag "
         "(the flag's name with '_' for '-'; TASKS is `tasks`); a flag given here wins over "
@@ -194,16 +197,21 @@ def run(
         help="Env var whose value is a secret: replaced by [REDACTED:NAME] in everything "
         "under jobs/ (repeatable; also $SANDLOT_REDACT_ENV=A,B).")] = None,
     agents_file: Annotated[Path | None, typer.Option(
-        help="A TOML file of extra ACP agents (name -> command, install, env).")] = None,
+        help="A TOML file of extra ACP agents (name -> command, install, env; see "
+        "docs/agents.md); wins over $SANDLOT_AGENTS_FILE for a shared name.")] = None,
     agent_version: Annotated[str | None, typer.Option(
         help="Version of an agent sandlot installs itself (e.g. pi).")] = None,
     model: Annotated[str | None, typer.Option(
-        "--model", "-m", help="provider/model, e.g. openai/gpt-4.1, anthropic/claude-sonnet-4-5,"
-        " scripted/solver.")] = None,
+        "--model", "-m", help="provider/model, routed by sandlot's LLM gateway: any LiteLLM "
+        "provider (openai/gpt-4.1, anthropic/claude-sonnet-4-5, openrouter/..., vllm/...) or "
+        "scripted/NAME (a deterministic model for dry runs; see docs/scripted.md). Checked "
+        "before any trial starts.")] = None,
     api_base: Annotated[str | None, typer.Option(
-        help="Provider base URL (vllm/..., a proxy, a self-hosted endpoint).")] = None,
+        help="Provider base URL: a proxy, a self-hosted endpoint (required for vllm/..., "
+        "hosted_vllm/..., openai_compatible/...).")] = None,
     api_key_env: Annotated[str | None, typer.Option(
-        help="Env var holding the provider key (default: the provider's usual one).")] = None,
+        help="Env var holding the provider key (default: the provider's usual one, e.g. "
+        "OPENAI_API_KEY); read in sandlot's process only, never given to an agent.")] = None,
     scripts_dir: Annotated[list[Path] | None, typer.Option(
         help="Where scripted models live; also searched: $SANDLOT_SCRIPTS_DIR, "
         "<tasks>/scripted, <tasks>/../scripted, the built-ins.")] = None,
@@ -228,20 +236,24 @@ def run(
         "--model-kwarg", help="KEY=VALUE set at the top of every request body (VALUE read as "
         "JSON when it is: top_p=0.9; repeatable); wins over the agent's value.")] = None,
     repair_attempts: Annotated[int, typer.Option(
-        min=0, help="After the agent finishes, verify and send failing feedback back into "
-        "its session up to N times.")] = 0,
+        min=0, help="After the agent finishes, run the tests as feedback and send failures "
+        "back into the same session, up to N times (see docs/results.md); agents without a "
+        "session ignore it (noted in agent_info).")] = 0,
     repair_template: Annotated[Path | None, typer.Option(
         help="File with the repair feedback message ({feedback}, {reward}, {attempt}, "
         "{max_attempts}); a task's [agent] repair_feedback_template wins.")] = None,
     n_concurrent: Annotated[int, typer.Option("-n", "--n-concurrent", min=1,
                                               help="Trials running at once.")] = 1,
     n_attempts: Annotated[int, typer.Option("-k", "--n-attempts", min=1,
-                                            help="Trials per task (pass@k).")] = 1,
-    jobs_dir: Annotated[Path, typer.Option(help="Where job folders go.")] = Path("jobs"),
+                                            help="Trials per task: pass@1 ... pass@k are "
+                                            "reported.")] = 1,
+    jobs_dir: Annotated[Path, typer.Option(
+        help="Where job folders go (relative to the current folder).")] = Path("jobs"),
     job_name: Annotated[str | None, typer.Option(
         help="Job folder name; reuse it to resume. Default: a timestamp.")] = None,
-    max_retries: Annotated[int, typer.Option(min=0,
-                                             help="Extra tries for infrastructure errors.")] = 0,
+    max_retries: Annotated[int, typer.Option(
+        min=0, help="Extra tries for a trial that ended in an infrastructure error "
+        "(sandbox_setup_failed, internal_error), after 1, 2, 4 ... s (at most 30 s).")] = 0,
     max_trial_tokens: Annotated[int | None, typer.Option(
         min=1, help="Each trial's token budget (input + output, as the gateway counts): "
         "once spent, the gateway refuses the agent's requests and the trial ends as "
@@ -270,14 +282,14 @@ def run(
         "--include", "-i", "--task-name", help="Glob on task names (repeatable).")] = None,
     exclude: Annotated[list[str] | None, typer.Option(
         "--exclude", "-x", "--exclude-task-name",
-        help="Glob on task names to skip (repeatable).")] = None,
+        help="Glob on task names to skip (repeatable; applied after --include).")] = None,
     n_tasks: Annotated[int | None, typer.Option(
         "--n-tasks", "-l", min=1, help="Run only the first N tasks (folders' first, then "
         "datasets'; only those are fetched).")] = None,
     timeout_multiplier: Annotated[float, typer.Option(
         "--timeout-multiplier", "--override-timeout-multiplier",
-        min=0.001, help="Scales every timeout of every task (recorded; a resume with "
-        "another value is refused).")] = 1.0,
+        min=0.001, help="Scales every task's agent, verifier and build timeouts (recorded; "
+        "a resume with another value is refused).")] = 1.0,
     override_cpus: Annotated[float | None, typer.Option(
         min=0.01, help="CPUs for every task's sandbox, instead of [environment] cpus.")] = None,
     override_memory_mb: Annotated[int | None, typer.Option(
@@ -287,16 +299,21 @@ def run(
         min=16, help="Disk quota in MB for every task, instead of [environment] "
         "storage_mb.")] = None,
     agent_network: Annotated[str | None, typer.Option(
-        help="Override the agent phase network: none or public.")] = None,
+        help="The agent phase's network for every task: none, or public (outbound NAT; "
+        "never this host's loopback). Default: each task's own network_mode.")] = None,
     allow_private_network: Annotated[bool, typer.Option(
         "--allow-private-network",
         help="Let tasks with network reach private ranges (10/8, 172.16/12, 192.168/16: a "
         "mirror on the LAN). The host itself and 169.254.169.254 stay unreachable.")] = False,
-    sandbox: Annotated[str, typer.Option(help="Sandbox backend: local or docker.")] = "local",
+    sandbox: Annotated[str, typer.Option(
+        help="Sandbox backend: local (Linux namespaces, no engine needed) or docker (Docker "
+        "or Podman through the Docker API; builds each task's Dockerfile or compose file as "
+        "it is).")] = "local",
     max_copy_out_mb: Annotated[int, typer.Option(
-        min=1, help="The most MB of what the agent left (workspace diff, /logs/agent, "
-        "/logs/verifier) copied into each trial's folder; the rest is listed as left "
-        "out.")] = 100,
+        min=1, help="The most MB of what the agent left copied into each trial's folder: "
+        "the workspace diff (1 MB at most), /logs/agent (50 MB at most), then /logs/verifier "
+        "(50 MB at most) from what is left; the rest is listed as left out "
+        "(agent/logs-left-out.txt).")] = 100,
     verifier_mode: Annotated[str, typer.Option(
         help="Where each task's tests run: task (as its task.toml says: in the agent's "
         "sandbox, or environment_mode = \"separate\") or separate (every task: a fresh "
@@ -326,15 +343,19 @@ def run(
         help="HOST[:PORT] of a registry spoken to over plain HTTP (one on 127.0.0.0/8 "
         "always is; repeatable).")] = None,
     cache_dir: Annotated[Path | None, typer.Option(
-        help="Cache for build layers and scratch space. Default: ~/.cache/sandlot.")] = None,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only the final tables.")] = False,
+        help="sandlot's cache: build layers, scratch space, installed agents, pulled "
+        "images, fetched datasets. Default: $SANDLOT_CACHE_DIR, else "
+        "$XDG_CACHE_HOME/sandlot, else ~/.cache/sandlot.")] = None,
+    quiet: Annotated[bool, typer.Option(
+        "--quiet", "-q", help="No per-trial lines: the job's header and the final tables "
+        "only.")] = False,
     json_events: Annotated[bool, typer.Option(
         "--json-events", help="One JSON object per event on stdout, for other tools; the "
         "human output goes to stderr.")] = False,
     json_summary: Annotated[bool, typer.Option(
-        "--json", help="At the end, one JSON object on stdout: the job's summary "
-        "(summary.json) with job_dir, exit_code and exit_reason; the human output goes to "
-        "stderr.")] = False,
+        "--json", help="At the end, one JSON object on stdout: job_dir, exit_code, "
+        "exit_reason (ok, too_many_errors, provider_failed, budget_reached, interrupted), "
+        "error_rate and summary (summary.json); the human output goes to stderr.")] = False,
     heartbeat_sec: Annotated[float, typer.Option(
         min=0, help="Without a terminal (and with --json-events): a heartbeat line with "
         "the running totals every N seconds; 0: none.")] = 30.0,
@@ -343,7 +364,8 @@ def run(
         "not moved for this long.")] = 300.0,
     no_preflight: Annotated[bool, typer.Option(
         "--no-preflight", help="Skip the model check before the run (the credential and "
-        "one small real request to the provider).")] = False,
+        "one small real request to the provider): for a provider that finds its "
+        "credentials another way (an instance role, a credentials file).")] = False,
     max_error_rate: Annotated[float, typer.Option(
         min=0.0, max=1.0, help="Exit with code 4 when more than this share of the trials "
         "ended in errors (not failures): such a job's figures are not a benchmark "
