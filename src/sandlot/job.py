@@ -333,12 +333,10 @@ def _note_stop(gateway: Any, run: JobRun) -> None:
 def _count_earlier_spend(gateway: Any, run: JobRun) -> None:
     """A resumed job's budget counts what its trials spent in earlier runs: the finished
     ones, their retried tries, and the ones cut short that run again now."""
-    for result in [*run.results.values(), *run.discarded]:
-        for usage in (result.usage, result.retried_usage):
-            if usage:
-                cost = usage.get("cost_usd")
-                gateway.job_spend.add(int(usage.get("total_tokens") or 0),  # type: ignore[call-overload]
-                                      float(cost) if cost is not None else None)  # type: ignore[arg-type]
+    spent = sum_usage([usage for result in [*run.results.values(), *run.discarded]
+                       for usage in (result.usage, result.retried_usage) if usage])
+    if spent is not None:
+        gateway.job_spend.add(int(spent["total_tokens"]), spent["cost_usd"])  # type: ignore[call-overload, arg-type]
 
 
 def load_result(path: Path) -> TrialResult | None:

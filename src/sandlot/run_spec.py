@@ -21,15 +21,10 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, get_origin
+from typing import Any, Literal, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-
-#: Keys whose values are paths (or lists of paths): relative ones in a file are resolved
-#: against the file's folder.
-PATH_KEYS = frozenset({"tasks", "agents_file", "scripts_dir", "repair_template", "jobs_dir",
-                       "registry_path", "cache_dir"})
 
 #: The run command's parameter names that are not their key (everything else is).
 PARAMETER_KEYS = {"tasks_dirs": "tasks", "json_summary": "json"}
@@ -112,6 +107,16 @@ def run_keys() -> list[str]:
     return [f.alias or name for name, f in RunSpec.model_fields.items()]
 
 
+def _path_keys() -> frozenset[str]:
+    """Keys whose values are paths (or lists of paths): relative ones in a file are
+    resolved against the file's folder."""
+    def has_path(annotation: Any) -> bool:
+        return annotation is Path or any(has_path(a) for a in get_args(annotation))
+
+    return frozenset(f.alias or name for name, f in RunSpec.model_fields.items()
+                     if has_path(f.annotation))
+
+
 def _list_keys() -> frozenset[str]:
     return frozenset(f.alias or name for name, f in RunSpec.model_fields.items()
                      if get_origin(f.annotation) is list)
@@ -174,7 +179,7 @@ def file_values(path: Path, data: Mapping[str, Any]) -> dict[str, Any]:
         if not isinstance(key, str) or key not in keys:
             raise RunSpecError(f"--config {path}: {key!r} is not a setting; "
                                f"{_closest(str(key), keys)}")
-        if key in PATH_KEYS and value is not None:
+        if key in _path_keys() and value is not None:
             value = _resolved_paths(path.parent, value)
         if isinstance(value, dict) and key in ("build_arg", "base_image_override",
                                                 "model_kwarg"):

@@ -163,11 +163,11 @@ async def _open_gateway(settings: TrialSettings, plan: TrialPlan, sandbox: Sandb
 
 def _generation_record(gateway: Any, session: Any) -> dict[str, object] | None:
     """What the job set and what the agent sent (sandlot.gateway.generation)."""
-    sent = session.sent_settings
-    if not sent.values and not gateway.generation and session.seq == 0:
+    if session.seq == 0:  # no model request: nothing was set or sent
         return None
-    formats = sorted(session.formats)
-    not_sent = sorted({name for fmt in formats for name in gateway.generation.not_sent(fmt)})
+    sent = session.sent_settings
+    not_sent = sorted({name for fmt in session.formats
+                       for name in gateway.generation.not_sent(fmt)})
     return {"settings": gateway.generation.as_dict(), "agent_sent": sent.values,
             "n_requests_changed": sent.n_changed, "not_sent": not_sent}
 
