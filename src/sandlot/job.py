@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ from pydantic import ValidationError
 from sandlot.agents import create_agent
 from sandlot.agents.acp_registry import AgentCatalog
 from sandlot.errors import RERUN_ON_RESUME, RETRYABLE_KINDS
+from sandlot.executors import LocalExecutor, TrialRequest, TrialTicket
 from sandlot.fsutil import write_atomic, write_model
 from sandlot.gateway.budget import Budget
 from sandlot.hostguard import remove_tree
@@ -29,7 +31,7 @@ from sandlot.redact import redact_text, secrets_from_env
 from sandlot.report.summary import sum_usage, summarize
 from sandlot.sandbox.base import SandboxBackend
 from sandlot.tasks.loader import Task
-from sandlot.trial import TrialPlan, TrialSettings, run_trial
+from sandlot.trial import TrialPlan, TrialSettings
 from sandlot.verify import ScriptVerifier
 
 MAX_BACKOFF_SEC = 30.0
@@ -237,59 +239,78 @@ async def run_job(config: JobConfig, tasks: list[Task], backend: SandboxBackend,
                              budget=Budget(config.max_trial_cost_usd, config.max_trial_tokens))
     if gateway is not None:
         _count_earlier_spend(gateway, run)
-    verifier = ScriptVerifier()
-    slots = asyncio.Semaphore(config.n_concurrent)
+    executor = LocalExecutor(settings, backend,
+                             lambda: create_agent(config.agent, config.model, agents),
+                             ScriptVerifier(), slots=config.n_concurrent)
+    tickets: dict[str, TrialTicket] = {}  # the try each trial is at, by trial name
 
-    async def one(plan: TrialPlan) -> None:
+    def may_start(plan: TrialPlan, try_number: int, live: TrialLive) -> bool:
+        if run.stopped is not None or (gateway is not None
+                                       and gateway.job_spend.reason is not None):
+            return False  # not started: it runs on resume
+        observer.trial_started(plan, try_number, live)
+        return True
+
+    async def one_trial(plan: TrialPlan) -> None:
+        earlier_usage: list[dict[str, object]] = []  # spent by tries that were retried
+        for try_number in range(1, config.max_retries + 2):
+            ticket = executor.submit(TrialRequest(
+                plan, try_number, functools.partial(may_start, plan, try_number)))
+            tickets[plan.name] = ticket
+            result = await executor.result(ticket)
+            if result is None:
+                return
+            result.tries = try_number
+            retry = (result.error is not None and result.error.kind in RETRYABLE_KINDS
+                     and try_number <= config.max_retries and run.stopped is None)
+            if not retry:
+                result.retried_usage = sum_usage(earlier_usage)
+                write_model(plan.dir / "result.json", result)
+                run.results[plan.name] = result
+                observer.trial_finished(result, run.write_summary())
+                return
+            if result.usage is not None:
+                earlier_usage.append(result.usage)
+            delay = min(MAX_BACKOFF_SEC, backoff_base_sec * 2 ** (try_number - 1))
+            observer.trial_retrying(plan, result, delay)
+            await asyncio.to_thread(_archive_try, plan.dir, try_number)
+            if not await backoff(delay):
+                return  # the job stopped meanwhile: the trial runs on resume
+
+    backing_off: set[asyncio.Task[object]] = set()
+
+    async def backoff(delay: float) -> bool:
+        """Wait before the next try; False when the job stopped during the wait."""
+        current = asyncio.current_task()
+        assert current is not None
+        backing_off.add(current)
         try:
-            await one_trial(plan)
+            await sleep(delay)  # type: ignore[misc]
         except asyncio.CancelledError:
             if run.stopped is None:
                 raise
-            # Cancelled by the provider stop, not by the user: the job goes on to its end.
-            current = asyncio.current_task()
-            if current is not None:
-                current.uncancel()
-            stopped = load_result(plan.dir / "result.json")
-            if stopped is not None:  # it had started: it recorded itself as provider_error
-                run.results[plan.name] = stopped
-                observer.trial_finished(stopped, run.write_summary())
+            current.uncancel()
+        finally:
+            backing_off.discard(current)
+        return run.stopped is None
 
-    async def one_trial(plan: TrialPlan) -> None:
-        async with slots:
-            if gateway is not None and gateway.job_spend.reason is not None:
-                return  # the job's budget is spent: not started (it runs on resume)
-            earlier_usage: list[dict[str, object]] = []  # spent by tries that were retried
-            for try_number in range(1, config.max_retries + 2):
-                live = TrialLive(plan.name, plan.task.name, plan.attempt, try_number)
-                observer.trial_started(plan, try_number, live)
-                agent = create_agent(config.agent, config.model, agents)
-                result = await run_trial(plan, settings, backend, agent, verifier, live)
-                result.tries = try_number
-                retry = (result.error is not None and result.error.kind in RETRYABLE_KINDS
-                         and try_number <= config.max_retries)
-                if not retry:
-                    result.retried_usage = sum_usage(earlier_usage)
-                    write_model(plan.dir / "result.json", result)
-                    run.results[plan.name] = result
-                    observer.trial_finished(result, run.write_summary())
-                    return
-                if result.usage is not None:
-                    earlier_usage.append(result.usage)
-                delay = min(MAX_BACKOFF_SEC, backoff_base_sec * 2 ** (try_number - 1))
-                observer.trial_retrying(plan, result, delay)
-                await asyncio.to_thread(_archive_try, plan.dir, try_number)
-                await sleep(delay)  # type: ignore[misc]
+    def stop_trials() -> None:
+        for ticket in tickets.values():
+            executor.cancel(ticket)
+        for waiting in backing_off:
+            waiting.cancel()
 
     if gateway is not None and pending:
         await gateway.start()
     watcher: asyncio.Task[None] | None = None
     try:
+        if gateway is not None and pending:
+            watcher = asyncio.create_task(_stop_early(gateway, run, stop_trials))
         async with asyncio.TaskGroup() as group:
-            trials = [group.create_task(one(plan)) for plan in pending]
-            if gateway is not None and trials:
-                watcher = asyncio.create_task(_stop_early(gateway, run, trials))
+            for plan in pending:
+                group.create_task(one_trial(plan))
     except asyncio.CancelledError:
+        await executor.aclose()  # each running trial records itself as cancelled
         _record_cancelled(run)
         with contextlib.suppress(Exception):
             run.write_summary()
@@ -297,6 +318,7 @@ async def run_job(config: JobConfig, tasks: list[Task], backend: SandboxBackend,
     finally:
         if watcher is not None:
             watcher.cancel()
+        await executor.aclose()
         if gateway is not None and pending:
             await asyncio.shield(gateway.stop())
     if gateway is not None and run.stopped is None and len(run.results) < len(run.plans):
@@ -306,7 +328,7 @@ async def run_job(config: JobConfig, tasks: list[Task], backend: SandboxBackend,
     return summary
 
 
-async def _stop_early(gateway: Any, run: JobRun, trials: list[asyncio.Task[None]]) -> None:
+async def _stop_early(gateway: Any, run: JobRun, stop_trials: Callable[[], None]) -> None:
     """When the provider refuses the key or the model, no trial can do better; when the
     job's budget is spent, none may spend more. Either way: stop launching, and end the
     running ones (provider_error, or cancelled for the budget; both rerun on resume)."""
@@ -318,8 +340,7 @@ async def _stop_early(gateway: Any, run: JobRun, trials: list[asyncio.Task[None]
         provider.cancel()
         budget.cancel()
     _note_stop(gateway, run)
-    for trial in trials:
-        trial.cancel()
+    stop_trials()
 
 
 def _note_stop(gateway: Any, run: JobRun) -> None:

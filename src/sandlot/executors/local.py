@@ -1,0 +1,92 @@
+"""The local executor: trials run as coroutines of this process, `slots` at a time, each
+in a sandbox of the backend given (local namespaces, or a container engine)."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Callable
+from pathlib import Path
+
+from sandlot.agents.base import Agent
+from sandlot.executors.base import ExecutorClosed, TrialRequest, TrialTicket
+from sandlot.live import TrialLive
+from sandlot.models import TrialResult
+from sandlot.sandbox.base import SandboxBackend
+from sandlot.trial import TrialSettings, run_trial
+from sandlot.verify import Verifier
+
+
+class LocalExecutor:
+    """A pool of `slots` trials on this machine (TrialExecutor).
+
+    `make_agent` gives a fresh agent for each try: an agent keeps per-trial state.
+    """
+
+    def __init__(self, settings: TrialSettings, backend: SandboxBackend,
+                 make_agent: Callable[[], Agent], verifier: Verifier, slots: int) -> None:
+        if slots < 1:
+            raise ValueError(f"an executor needs at least one slot, not {slots}")
+        self._settings, self._backend = settings, backend
+        self._make_agent, self._verifier = make_agent, verifier
+        self._slots = slots
+        self._free = asyncio.Semaphore(slots)
+        self._tries: dict[int, asyncio.Task[TrialResult | None]] = {}
+        self._ids = itertools.count(1)
+        self._closed = False
+
+    @property
+    def slots(self) -> int:
+        return self._slots
+
+    def submit(self, request: TrialRequest) -> TrialTicket:
+        if self._closed:
+            raise ExecutorClosed("this executor was closed; no trial can be submitted")
+        ticket = TrialTicket(next(self._ids), request.plan.name, request.try_number)
+        self._tries[ticket.id] = asyncio.create_task(
+            self._run(request), name=f"trial {ticket.trial_name} try {ticket.try_number}")
+        return ticket
+
+    async def result(self, ticket: TrialTicket) -> TrialResult | None:
+        task = self._tries[ticket.id]
+        await asyncio.wait({task})  # unlike `await task`, a cancelled wait leaves it running
+        del self._tries[ticket.id]
+        return None if task.cancelled() else task.result()
+
+    def cancel(self, ticket: TrialTicket) -> None:
+        task = self._tries.get(ticket.id)
+        if task is not None:
+            task.cancel()
+
+    async def aclose(self) -> None:
+        self._closed = True
+        running = [task for task in self._tries.values() if not task.done()]
+        for task in running:
+            task.cancel()
+        if running:
+            # Not gather: a second cancellation of this wait must not cut their cleanup.
+            await asyncio.wait(running)
+
+    async def _run(self, request: TrialRequest) -> TrialResult | None:
+        plan = request.plan
+        async with self._free:
+            live = TrialLive(plan.name, plan.task.name, plan.attempt, request.try_number)
+            if not request.on_start(live):
+                return None
+            agent = self._make_agent()
+            try:
+                return await run_trial(plan, self._settings, self._backend, agent,
+                                       self._verifier, live)
+            except asyncio.CancelledError:
+                # run_trial recorded itself as it stopped: that record is the result.
+                recorded = _recorded(plan.dir / "result.json")
+                if recorded is None:
+                    raise
+                return recorded
+
+
+def _recorded(path: Path) -> TrialResult | None:
+    try:
+        return TrialResult.model_validate_json(path.read_text())
+    except (OSError, ValueError):
+        return None
