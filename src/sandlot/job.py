@@ -26,6 +26,7 @@ from sandlot.fsutil import write_atomic, write_model
 from sandlot.gateway.budget import Budget
 from sandlot.hostguard import remove_tree
 from sandlot.live import TrialLive
+from sandlot.machinery import MachineryCache
 from sandlot.models import RESUMABLE_SETTINGS, JobConfig, JobSummary, TrialResult
 from sandlot.redact import redact_text, secrets_from_env
 from sandlot.report.summary import sum_usage, summarize
@@ -236,7 +237,8 @@ async def run_job(config: JobConfig, tasks: list[Task], backend: SandboxBackend,
                              redactions=secrets_from_env(config.redact_env),
                              copy_out_max_bytes=config.max_copy_out_mb * 1024 * 1024,
                              verifier_mode=config.verifier_mode,
-                             budget=Budget(config.max_trial_cost_usd, config.max_trial_tokens))
+                             budget=Budget(config.max_trial_cost_usd, config.max_trial_tokens),
+                             machinery_cache=MachineryCache())
     if gateway is not None:
         _count_earlier_spend(gateway, run)
     executor = LocalExecutor(settings, backend,
@@ -257,7 +259,11 @@ async def run_job(config: JobConfig, tasks: list[Task], backend: SandboxBackend,
             ticket = executor.submit(TrialRequest(
                 plan, try_number, functools.partial(may_start, plan, try_number)))
             tickets[plan.name] = ticket
-            result = await executor.result(ticket)
+            try:
+                result = await executor.result(ticket)
+            except asyncio.CancelledError:
+                executor.cancel(ticket)  # the job is stopping: so does the trial
+                raise
             if result is None:
                 return
             result.tries = try_number

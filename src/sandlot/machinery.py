@@ -12,6 +12,7 @@ agent's changes against it.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -173,3 +174,45 @@ async def probe_machinery(sandbox: Sandbox, env: dict[str, str], user: str | Non
         return Machinery(notes=[f"the machinery probe failed (exit {result.exit_code}"
                                 f"{', timed out' if result.timed_out else ''})"])
     return parse_probe(result.stdout)
+
+
+class MachineryCache:
+    """One probe per kind of pristine sandbox in a job.
+
+    The probe starts every Python on PATH with its test runner: the largest part of a
+    trivial trial's cost. Its answer depends only on the sandbox's files at start (its
+    `pristine_key`, see sandbox.base.KnowsItsPristineState) and on how the verifier runs
+    (its environment and user), so trials of alike sandboxes share one probe. A failed
+    probe is not kept: the next trial asks again. Held by the job, never across jobs (a
+    sandbox on the host's root sees the host as it is now).
+    """
+
+    def __init__(self) -> None:
+        self._probes: dict[str, asyncio.Future[Machinery]] = {}
+
+    async def probe(self, sandbox: Sandbox, env: dict[str, str], user: str | None,
+                    ran_before: str) -> tuple[Machinery, bool]:
+        """The machinery of `sandbox`, and whether it was probed in an earlier sandbox.
+        `ran_before` says what the trial did in the sandbox before the probe (the users it
+        made, whose homes are on the import path; its healthcheck command)."""
+        base = getattr(sandbox, "pristine_key", None)
+        if not isinstance(base, str):
+            return await probe_machinery(sandbox, env, user), False
+        key = json.dumps([base, sorted(env.items()), user, ran_before])
+        shared = self._probes.get(key)
+        if shared is not None:
+            known = await asyncio.shield(shared)
+            if known.measured:
+                return known, True
+        future: asyncio.Future[Machinery] = asyncio.get_running_loop().create_future()
+        self._probes[key] = future
+        try:
+            found = await probe_machinery(sandbox, env, user)
+        except BaseException:
+            del self._probes[key]
+            future.set_result(Machinery())  # unmeasured: a trial waiting probes for itself
+            raise
+        future.set_result(found)
+        if not found.measured:
+            del self._probes[key]
+        return found, False

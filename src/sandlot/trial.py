@@ -41,7 +41,7 @@ from sandlot.integrity import (
     neutralize_planted_hooks,
 )
 from sandlot.live import TrialLive
-from sandlot.machinery import Machinery, probe_machinery
+from sandlot.machinery import Machinery, MachineryCache, probe_machinery
 from sandlot.models import ErrorInfo, Integrity, TrialResult, utc_now
 from sandlot.network_plan import TrialNetworks, log_lines, plan_networks
 from sandlot.redact import redact_text, redact_tree
@@ -117,6 +117,9 @@ class TrialSettings:
     verifier_mode: str = "task"
     #: The trial's spend limit, enforced by the gateway (--max-trial-tokens/-cost-usd).
     budget: Budget | None = None
+    #: The job's probes of the verifier's machinery, shared by alike sandboxes; None: each
+    #: trial probes its own.
+    machinery_cache: MachineryCache | None = None
 
 
 class _PhaseClock:
@@ -727,9 +730,16 @@ class _Trial:
         touches it (sandlot.machinery), kept in machinery.json beside result.json."""
         task = self.task
         started = time.monotonic()
-        self.machinery = await probe_machinery(sandbox, dict(task.config.verifier.env),
-                                               task.verifier_user)
-        self.clock.log(f"verifier machinery probed in {time.monotonic() - started:.2f}s: "
+        env, cache = dict(task.config.verifier.env), self.settings.machinery_cache
+        if cache is None:
+            self.machinery, shared = await probe_machinery(sandbox, env, task.verifier_user), False
+        else:
+            users = sorted({u for u in (task.agent_user, task.verifier_user) if u is not None})
+            ran_before = repr((users, task.config.environment.healthcheck))
+            self.machinery, shared = await cache.probe(sandbox, env, task.verifier_user,
+                                                       ran_before)
+        how = "as probed in an alike sandbox" if shared else "probed"
+        self.clock.log(f"verifier machinery {how} in {time.monotonic() - started:.2f}s: "
                        f"{len(self.machinery.pythons)} Python interpreter(s) on PATH")
         for note in self.machinery.notes:
             self.clock.log(note + "; the static defaults judge the agent's changes")

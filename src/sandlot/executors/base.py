@@ -56,7 +56,8 @@ class TrialExecutor(Protocol):
     The contract (tests/executor_contract.py):
     - `submit` returns at once; the try runs when a slot is free.
     - `result` waits for the try's TrialResult, with result.json written in `plan.dir`.
-      A try that fails in any way is a result with its error, never an exception. A try
+      A try that fails in any way is a result with its error, never an exception; only
+      what stops the job raises (the trial folder cannot be written: a full disk). A try
       cancelled before it started, or declined by `on_start`, gives None. Cancelling the
       caller of `result` stops the wait, not the try.
     - `cancel` stops a queued try (its result is None) or a running one (its result is the

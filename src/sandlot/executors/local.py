@@ -66,6 +66,9 @@ class LocalExecutor:
         if running:
             # Not gather: a second cancellation of this wait must not cut their cleanup.
             await asyncio.wait(running)
+        for task in self._tries.values():
+            if task.done() and not task.cancelled():
+                task.exception()  # retrieved: a result nobody awaits is dropped quietly
 
     async def _run(self, request: TrialRequest) -> TrialResult | None:
         plan = request.plan

@@ -138,6 +138,19 @@ class DescribesEnvironment(Protocol):
     environment: EnvironmentInfo
 
 
+@runtime_checkable
+class KnowsItsPristineState(Protocol):
+    """A sandbox whose state at start is fully decided by what made it.
+
+    `pristine_key` is equal for two sandboxes exactly when their files at start are the
+    same (the same layers, image, environment/ digest, masks and links, and nothing of
+    theirs ran yet, such as an image's ENTRYPOINT); None when that cannot be said. What is
+    measured of one pristine sandbox (the verifier's machinery) then holds for the other.
+    """
+
+    pristine_key: str | None
+
+
 def check_mount_points(spec: SandboxSpec, paths: Iterable[str]) -> None:
     """A command's own mounts (exec `mounts`) go only where the spec said."""
     for path in paths:

@@ -413,6 +413,8 @@ class LocalSandbox:
         self._base_view_in_holder = False
         #: What the root is made of, for result.json (the backend says which image).
         self.environment = EnvironmentInfo(base="image" if spec.root_layers else "host")
+        #: Equal for sandboxes made alike (KnowsItsPristineState); the backend sets it.
+        self.pristine_key: str | None = None
 
     # -- lifecycle -----------------------------------------------------------------------
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 import os
 import secrets
 import shutil
@@ -115,6 +117,7 @@ class LocalBackend:
                            entrypoint_takes_args=entrypoint[2])
         sandbox = LocalSandbox(spec, scratch)
         sandbox.environment = root.info
+        sandbox.pristine_key = pristine_key(spec, request, root.info)
         try:
             await sandbox.start()
             if needs_environment_upload(request.environment_dir, request.image):
@@ -225,6 +228,24 @@ class LocalBackend:
                     found += [p for p in entry.iterdir()
                               if p.is_dir() and p.name.startswith("work-")]
         return found
+
+
+def pristine_key(spec: SandboxSpec, request: EnvironmentRequest,
+                 info: EnvironmentInfo) -> str | None:
+    """What decides a local sandbox's files at start, hashed: its layers (content-named
+    folders of the cache), the image, environment/'s digest, what the host's root loses,
+    gains and hides. None with an ENTRYPOINT: a service that ran first may have changed
+    them. Not in it: the sandbox's name, its limits, its scratch folders."""
+    if spec.entrypoint:
+        return None
+    made_of = {"environment": request.digest, "image": request.image, "root": info.as_dict(),
+               "root_layers": [str(p) for p in spec.root_layers],
+               "layers": [str(p) for p in spec.layers], "base_env": spec.base_env,
+               "env": spec.env, "workdir": spec.workdir,
+               "removed": list(spec.removed_paths), "links": spec.added_links,
+               "masked": [str(p) for p in spec.masked_paths], "folders": list(spec.folders),
+               "binds": sorted(spec.binds.values()), "mount_points": list(spec.mount_points)}
+    return hashlib.sha256(json.dumps(made_of, sort_keys=True).encode()).hexdigest()
 
 
 def is_python_image(reference: str) -> bool:
