@@ -80,7 +80,8 @@ check kernel-memory 'head -c 1 /proc/kcore'
 check cgroup-release-agent '{OPEN_W} /sys/fs/cgroup/memory/release_agent'
 check cgroup-move-out '{OPEN_W} /sys/fs/cgroup/pids/cgroup.procs'
 check write-host-etc 'echo pwned > /etc/adv-{TOKEN} && test -f /etc/adv-{TOKEN}'
-check write-host-tmp 'echo pwned > {tmp}/written-by-agent && test -f {tmp}/written-by-agent'
+check write-host-tmp 'mkdir -p {tmp} && echo pwned > {tmp}/written-by-agent && \
+    test -f {tmp}/written-by-agent'
 check global-sysctl-core-pattern '{OPEN_W} /proc/sys/kernel/core_pattern'
 check global-sysctl-drop-caches '{OPEN_W} /proc/sys/vm/drop_caches'
 """

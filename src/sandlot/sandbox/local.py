@@ -57,6 +57,7 @@ from sandlot.sandbox.procutil import (
     CGROUP_JOIN_FAILED,
     CappedReader,
     die_with_sandlot,
+    spawn,
     wait_exited,
 )
 from sandlot.sandbox.seccomp import write_sandbox_filter
@@ -122,6 +123,18 @@ def host_paths_to_hide() -> tuple[list[Path], list[Path]]:
     for pattern in SECRET_FILES:
         files += [p for p in Path("/").glob(pattern.lstrip("/")) if p.is_file()]
     return sorted(set(folders)), sorted(set(files))
+
+
+def below(path: Path, folders: list[Path]) -> bool:
+    """`path` lies inside one of `folders` (not equal to it)."""
+    return any(folder in path.parents for folder in folders)
+
+
+def outermost(folders: list[Path]) -> list[Path]:
+    """The folders not inside another one: a folder hidden hides what it holds, so the
+    jobs and cache folders under a hidden /tmp or /root need no mask of their own."""
+    unique = sorted(set(folders))
+    return [folder for folder in unique if not below(folder, unique)]
 
 
 #: Folders every user may create files in (sticky), as in any container image.
@@ -442,8 +455,8 @@ class LocalSandbox:
         def in_layer(path: Path) -> bool:
             return layer is not None and (layer / str(path).lstrip("/")).exists()
 
-        hide = [p for p in hide if p != Path("/") and not in_layer(p)]
-        hide_files = [p for p in hide_files if not in_layer(p)]
+        hide = outermost([p for p in hide if p != Path("/") and not in_layer(p)])
+        hide_files = [p for p in hide_files if not in_layer(p) and not below(p, hide)]
         self._setup_paths = {str(p) for p in hide} | {str(p) for p in hide_files}
         #: Where the environment holds nothing a trial could restore from the bases:
         #: host paths this sandbox hides, and paths its image removed.
@@ -502,7 +515,7 @@ class LocalSandbox:
         self._cgroups = CgroupLimits.create(
             self.spec.name, self.spec.memory_mb, self.spec.cpus, self.spec.pids_max
         )
-        self._holder = await asyncio.create_subprocess_exec(
+        self._holder = await spawn(
             # --mount-proc: in the holder's mount namespace /proc shows its PID namespace,
             # where the execs' bwrap runs (bwrap reads /proc/<its child's pid>).
             *die_with_sandlot(["unshare", "--mount", "--net", "--pid", "--mount-proc",
@@ -592,7 +605,7 @@ class LocalSandbox:
                 f.truncate(storage_mb * 1024 * 1024)
         except OSError as exc:
             raise SandboxError(f"cannot create the task's disk ({image}): {exc}") from exc
-        proc = await asyncio.create_subprocess_exec(
+        proc = await spawn(
             "mkfs.ext4", "-q", "-F", "-m", "0", "-O", "^has_journal", "-E",
             "lazy_itable_init=1,lazy_journal_init=1,nodiscard,root_owner=0:0", str(image),
             stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
@@ -677,7 +690,7 @@ class LocalSandbox:
         assert self._holder is not None
         merged = str(self._merged)
         script = "; ".join(f'mount --bind "{merged}{p}" "{merged}{p}" || exit 1' for p in chain)
-        proc = await asyncio.create_subprocess_exec(
+        proc = await spawn(
             "nsenter", f"--mount=/proc/{self._holder.pid}/ns/mnt", "/bin/sh", "-c", script,
             stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.PIPE, env=LAUNCH_ENV)
@@ -806,7 +819,7 @@ class LocalSandbox:
         check_private_netns(holder_pid)
         read_fd, write_fd = os.pipe()
         try:
-            self._slirp = await asyncio.create_subprocess_exec(
+            self._slirp = await spawn(
                 *die_with_sandlot([
                     "slirp4netns", "--configure", "--mtu=65520",
                     "--disable-host-loopback", f"--ready-fd={write_fd}",
@@ -898,7 +911,7 @@ class LocalSandbox:
         enter = ["nsenter", f"--pid=/proc/{holder}/ns/pid_for_children",
                  f"--mount=/proc/{holder}/ns/mnt", f"--net=/proc/{holder}/ns/net"]
         try:
-            self._outer = await asyncio.create_subprocess_exec(
+            self._outer = await spawn(
                 # Neither this nor the container's PID 1 is in the trial's cgroups: the
                 # agent filling its memory must not get them OOM-killed (that would end
                 # the container, or kill the verifier with them).
@@ -919,7 +932,7 @@ class LocalSandbox:
         outer_ns = os.open(f"/proc/{self._outer_pid}/ns/pid", os.O_RDONLY)
         try:
             with (self.scratch / "container.log").open("wb") as log:
-                self._container = await asyncio.create_subprocess_exec(
+                self._container = await spawn(
                     *die_with_sandlot([*enter, "bwrap", "--pidns", str(outer_ns), "--args",
                                        str(fd), "--seccomp", str(filter_fd), "--as-pid-1",
                                        "--", *self._pid_one_command()]),
@@ -1125,7 +1138,7 @@ class LocalSandbox:
         full = self._exec_argv(command, self._env(env, user), cwd or self.spec.workdir, user,
                                mounts, pidns_fd, filter_fd)
         try:
-            return await asyncio.create_subprocess_exec(
+            return await spawn(
                 *die_with_sandlot(full, cgroups.procs_files if cgroups else None),
                 stdin=asyncio.subprocess.PIPE if stdin_pipe else asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
@@ -1347,7 +1360,7 @@ class LocalSandbox:
             raise SandboxError(f"cannot expose {local}: not a folder")
         await self._mkdir(remote)
         target = str(self._merged) + "/" + remote.strip("/")
-        proc = await asyncio.create_subprocess_exec(
+        proc = await spawn(
             "nsenter", f"--mount=/proc/{self._holder.pid}/ns/mnt", "mount", "--bind", "-o",
             "ro", str(local.resolve()), target, stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)

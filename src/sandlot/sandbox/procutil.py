@@ -55,13 +55,50 @@ async def read_capped(stream: asyncio.StreamReader | None, limit: int) -> tuple[
     return b"".join(chunks), truncated
 
 
+class _ExitSignalling(asyncio.subprocess.SubprocessStreamProtocol):
+    """asyncio's stream protocol, which also says when the process exited."""
+
+    def __init__(self, limit: int, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(limit=limit, loop=loop)
+        self.exited: asyncio.Future[None] = loop.create_future()
+
+    def process_exited(self) -> None:
+        super().process_exited()
+        if not self.exited.done():
+            self.exited.set_result(None)
+
+
+class WatchedProcess(asyncio.subprocess.Process):
+    """A Process whose exit is known the moment asyncio reaps it (see wait_exited)."""
+
+    def __init__(self, transport: asyncio.SubprocessTransport, protocol: _ExitSignalling,
+                 loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(transport, protocol, loop)  # type: ignore[arg-type]
+        self.exited = protocol.exited
+
+
+async def spawn(program: str, *args: str, limit: int = 2 ** 16,
+                **kwargs: object) -> WatchedProcess:
+    """asyncio.create_subprocess_exec, with an exit wait_exited sees without polling."""
+    loop = asyncio.get_running_loop()
+    transport, protocol = await loop.subprocess_exec(
+        lambda: _ExitSignalling(limit, loop), program, *args, **kwargs)  # type: ignore[arg-type]
+    return WatchedProcess(transport, protocol, loop)
+
+
 async def wait_exited(proc: asyncio.subprocess.Process, poll_sec: float = 0.01) -> int:
     """The exit code of `proc` as soon as it exits, whoever still holds its pipes.
 
     asyncio's `wait()` (3.11) returns only once stdout and stderr reach EOF; a command's
-    background children inherit them, so `wait()` would last as long as they do.
+    background children inherit them, so `wait()` would last as long as they do. A
+    process started by `spawn` says when it exited; any other is watched through a pidfd
+    and then polled until its exit code is set.
     """
     if proc.returncode is not None:
+        return proc.returncode
+    if isinstance(proc, WatchedProcess):
+        await asyncio.shield(proc.exited)
+        assert proc.returncode is not None
         return proc.returncode
     loop = asyncio.get_running_loop()
     try:

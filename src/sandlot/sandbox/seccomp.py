@@ -29,6 +29,7 @@ default for an unknown architecture).
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import platform
 import tempfile
@@ -89,9 +90,11 @@ def check_syscall_filter() -> None:
     _bindings()
 
 
+@functools.cache
 def sandbox_filter_program() -> bytes:
     """The filter program for this machine, as the kernel and bwrap read it (an array of
-    `struct sock_filter`), compiled by libseccomp."""
+    `struct sock_filter`), compiled by libseccomp; once per process, as it never changes
+    (a failure is not kept: the next call raises again)."""
     check_syscall_filter()
     sc = _bindings()
     deny = sc.ERRNO(errno.EPERM)
