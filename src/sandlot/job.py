@@ -97,7 +97,7 @@ class JobRun:
 
     def write_summary(self, complete: bool = False) -> JobSummary:
         summary = self.summary(complete)
-        write_model(self.root / "summary.json", summary)
+        write_model(self.root / "summary.json", summary, durable=False)  # recomputed
         return summary
 
 

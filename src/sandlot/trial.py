@@ -266,7 +266,7 @@ class _Trial:
             cancelled = exc
             self._record(self._cancel_reason())
         except Exception as exc:
-            write_atomic(self.plan.dir / "exception.txt", traceback.format_exc())
+            write_atomic(self.plan.dir / "exception.txt", traceback.format_exc(), durable=False)
             self._record(TrialError(ErrorKind.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}",
                                     None))
         finally:
@@ -744,7 +744,7 @@ class _Trial:
         for note in self.machinery.notes:
             self.clock.log(note + "; the static defaults judge the agent's changes")
         write_atomic(self.plan.dir / "machinery.json",
-                     json.dumps(self.machinery.as_dict(), indent=1) + "\n")
+                     json.dumps(self.machinery.as_dict(), indent=1) + "\n", durable=False)
 
     async def _neutralize(self, sandbox: Sandbox) -> None:
         """What the agent changed that the verifier's machinery would load without being
@@ -848,7 +848,7 @@ class _Trial:
             result = TrialResult.model_validate_json(
                 redact_text(result.model_dump_json(), settings.redactions))
             self.result = result
-        write_model(self.plan.dir / "result.json", result)
+        write_model(self.plan.dir / "result.json", result, durable=False)  # the job's is
 
 
 def _step_dirs(trial_dir: Path) -> list[Path]:
@@ -894,7 +894,7 @@ async def _collect_agent_logs(sandbox: Sandbox, trial_dir: Path, clock: _PhaseCl
         clock.log(f"collecting /logs/agent failed: {exc}")
         return 0
     if export.notes:
-        write_atomic(trial_dir / "agent" / "logs-left-out.txt", export.summary())
+        write_atomic(trial_dir / "agent" / "logs-left-out.txt", export.summary(), durable=False)
         clock.log(f"/logs/agent: {export.left_out} entries left out (agent/logs-left-out.txt)")
         caps_hit.append(f"agent logs: {export.left_out} entries left out "
                         "(agent/logs-left-out.txt)")
@@ -941,7 +941,7 @@ async def _record_workspace_diff(sandbox: Sandbox, workdir: str, out_dir: Path,
         return 0
     out_dir.mkdir(parents=True, exist_ok=True)
     data = diff.text.encode(errors="replace")
-    write_atomic(out_dir / "workspace.diff", data)
+    write_atomic(out_dir / "workspace.diff", data, durable=False)
     if diff.cut:
         shown = "; ".join(diff.cut[:3]) + (f"; {len(diff.cut) - 3} more" if len(diff.cut) > 3
                                            else "")

@@ -189,12 +189,12 @@ class ScriptVerifier:
             mounts={TESTS_MOUNT: tests, VERIFIER_LOGS: logs},
         )
         out_dir.mkdir(parents=True, exist_ok=True)
-        write_atomic(out_dir / "test_stdout.txt", result.stdout)
-        write_atomic(out_dir / "test_stderr.txt", result.stderr)
+        write_atomic(out_dir / "test_stdout.txt", result.stdout, durable=False)
+        write_atomic(out_dir / "test_stderr.txt", result.stderr, durable=False)
         remove_tree(out_dir / "logs", ignore_errors=True)
         export = await asyncio.to_thread(export_tree, logs, out_dir / "logs", logs_max_bytes)
         if export.notes:
-            write_atomic(out_dir / "logs-left-out.txt", export.summary())
+            write_atomic(out_dir / "logs-left-out.txt", export.summary(), durable=False)
         if result.timed_out:
             raise TrialError(ErrorKind.VERIFIER_TIMEOUT,
                              f"tests/test.sh did not finish within {timeout_sec:g}s", "verify")

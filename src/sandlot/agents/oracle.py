@@ -47,8 +47,8 @@ class OracleAgent:
             )
         finally:
             await remove_path(sandbox, SOLUTION_MOUNT)
-        write_atomic(ctx.logs_dir / "solve.stdout.txt", result.stdout)
-        write_atomic(ctx.logs_dir / "solve.stderr.txt", result.stderr)
+        write_atomic(ctx.logs_dir / "solve.stdout.txt", result.stdout, durable=False)
+        write_atomic(ctx.logs_dir / "solve.stderr.txt", result.stderr, durable=False)
         if result.timed_out:
             raise TrialError(ErrorKind.AGENT_TIMEOUT,
                              f"solve.sh did not finish within {ctx.timeout_sec:g}s", "agent")

@@ -126,15 +126,19 @@ def host_paths_to_hide() -> tuple[list[Path], list[Path]]:
 
 
 def below(path: Path, folders: list[Path]) -> bool:
-    """`path` lies inside one of `folders` (not equal to it)."""
-    return any(folder in path.parents for folder in folders)
+    """`path` lies inside one of `folders` (not equal to it); absolute paths."""
+    text = str(path)
+    return any(text.startswith(str(folder).rstrip("/") + "/") for folder in folders)
 
 
 def outermost(folders: list[Path]) -> list[Path]:
     """The folders not inside another one: a folder hidden hides what it holds, so the
     jobs and cache folders under a hidden /tmp or /root need no mask of their own."""
-    unique = sorted(set(folders))
-    return [folder for folder in unique if not below(folder, unique)]
+    kept: list[Path] = []
+    for folder in sorted(set(folders), key=lambda f: (len(f.parts), str(f))):
+        if not below(folder, kept):
+            kept.append(folder)
+    return sorted(kept)
 
 
 #: Folders every user may create files in (sticky), as in any container image.
@@ -727,7 +731,7 @@ class LocalSandbox:
             with contextlib.suppress(ProcessLookupError):
                 self._slirp.kill()
         # Reap both at once: slirp4netns's exit (tearing down its tap) takes tens of ms.
-        await asyncio.gather(*([self._slirp.wait()] if self._slirp is not None else []),
+        await asyncio.gather(*([wait_exited(self._slirp)] if self._slirp is not None else []),
                              self._stop_holder(), return_exceptions=True)
         self._slirp = None
         self._holder = None
@@ -748,11 +752,11 @@ class LocalSandbox:
             holder.stdin.close()
         if holder.returncode is None:
             try:
-                await asyncio.wait_for(holder.wait(), 10)
+                await asyncio.wait_for(wait_exited(holder), 10)
             except TimeoutError:
                 with contextlib.suppress(ProcessLookupError):
                     holder.kill()
-                await holder.wait()
+                await wait_exited(holder)
 
     async def _reap_container(self) -> None:
         """The container's launchers end with the holder's namespace; reap them."""
@@ -811,7 +815,7 @@ class LocalSandbox:
                 if self._slirp is not None and self._slirp.returncode is None:
                     with contextlib.suppress(ProcessLookupError):
                         self._slirp.kill()
-                    await self._slirp.wait()
+                    await wait_exited(self._slirp)
                 self._slirp = None
                 raise
 
@@ -844,7 +848,7 @@ class LocalSandbox:
             if self._slirp is not None and self._slirp.returncode is None:
                 with contextlib.suppress(ProcessLookupError):
                     self._slirp.kill()
-                await self._slirp.wait()
+                await wait_exited(self._slirp)
             self._slirp = None
 
     @override
