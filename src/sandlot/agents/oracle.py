@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import secrets
+from dataclasses import replace
+
 from typing_extensions import override
 
 from sandlot.agents.base import AgentContext, AgentOutcome
@@ -11,6 +14,13 @@ from sandlot.sandbox.base import ExecResult
 from sandlot.sandbox.files import remove_path
 
 SOLUTION_MOUNT = "/solution"
+#: solve.sh, then the solution folder removed, which the last line of stderr confirms
+#: (`$2`); solve.sh's exit code is the command's. Where the agent's user may not remove
+#: it (or solve.sh ended the shell), the oracle removes it as root afterwards.
+_SOLVE_THEN_REMOVE = (
+    'bash "$1/solve.sh"; status=$?; '
+    'rm -rf -- "$1" 2>/dev/null && [ ! -e "$1" ] && printf "%s\\n" "$2" >&2; '
+    'exit $status')
 
 
 def raise_for_limits(result: ExecResult, phase: str, what: str,
@@ -38,15 +48,20 @@ class OracleAgent:
     async def run(self, ctx: AgentContext) -> AgentOutcome:
         sandbox = ctx.sandbox
         await sandbox.upload(ctx.task.solution_dir, SOLUTION_MOUNT)
+        removed = f"sandlot: {SOLUTION_MOUNT} removed {secrets.token_hex(8)}"
+        result = None
         try:
+            # The solution goes in the same command when it can: one sandbox command less.
             result = await sandbox.exec(
-                ["bash", f"{SOLUTION_MOUNT}/solve.sh"],
+                ["bash", "-c", _SOLVE_THEN_REMOVE, "solve", SOLUTION_MOUNT, removed],
                 timeout_sec=ctx.timeout_sec,
                 env={**ctx.task.config.solution.env, **ctx.env},
                 network=ctx.network,
             )
         finally:
-            await remove_path(sandbox, SOLUTION_MOUNT)
+            if result is None or removed not in result.stderr:
+                await remove_path(sandbox, SOLUTION_MOUNT)
+        result = replace(result, stderr=result.stderr.replace(removed + "\n", ""))
         write_atomic(ctx.logs_dir / "solve.stdout.txt", result.stdout, durable=False)
         write_atomic(ctx.logs_dir / "solve.stderr.txt", result.stderr, durable=False)
         if result.timed_out:
