@@ -30,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -150,6 +151,23 @@ def time_loop(argv: list[str], runs: int) -> Floor:
     return Floor(command=shlex.join(argv), runs=runs, per_call_sec=Stats.of(durations))
 
 
+def parallel_rate(argv: list[str], loops: int, runs: int) -> float:
+    """Calls per second of `loops` loops of `argv` run side by side, `runs` calls in all:
+    how far the floor itself scales with concurrency on this machine (a network namespace
+    made and torn down per call is partly serialized by the kernel)."""
+    per_loop = max(1, runs // loops)
+
+    def loop() -> None:
+        for _ in range(per_loop):
+            subprocess.run(argv, check=True)
+
+    started = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=loops) as pool:
+        for future in [pool.submit(loop) for _ in range(loops)]:
+            future.result()
+    return per_loop * loops / (time.perf_counter() - started)
+
+
 def measure_floors(runs: int) -> dict[str, Floor]:
     missing = [tool for tool in ("bwrap", "bash") if shutil.which(tool) is None]
     if missing:
@@ -176,6 +194,8 @@ class JobFigures:
     script_time_sec: Stats
     phase_mean_sec: dict[str, float]
     ratios: dict[str, float | None] = field(default_factory=dict)
+    #: Calls/s of the reference floor run as `concurrency` loops side by side.
+    floor_calls_per_sec: float | None = None
 
 
 def _children_cpu() -> float:
@@ -242,6 +262,8 @@ def add_ratios(jobs: list[JobFigures], floors: dict[str, Floor]) -> None:
             job.trials_per_sec, base.trials_per_sec)
         job.ratios[f"trials_per_sec_span_over_n{base.concurrency}"] = ratio(
             job.trials_per_sec_span or 0.0, base.trials_per_sec_span or 0.0)
+        job.ratios[f"floor_calls_per_sec_over_n{base.concurrency}"] = ratio(
+            job.floor_calls_per_sec or 0.0, base.floor_calls_per_sec or 0.0)
 
 
 # -- report --------------------------------------------------------------------------------
@@ -298,6 +320,10 @@ def print_table(meta: dict[str, object], floors: dict[str, Floor], jobs: list[Jo
         [times(j.ratios[f"trials_per_sec_over_n{base_c}"]) for j in jobs])
     row(f"trials/s ÷ trials/s at -n {base_c} (span)",
         [times(j.ratios[f"trials_per_sec_span_over_n{base_c}"]) for j in jobs])
+    row(f"floor: {REFERENCE_FLOOR} calls/s, C loops side by side",
+        [f"{j.floor_calls_per_sec:.0f}" if j.floor_calls_per_sec else "-" for j in jobs])
+    row(f"floor calls/s ÷ at -n {base_c}",
+        [times(j.ratios[f"floor_calls_per_sec_over_n{base_c}"]) for j in jobs])
     bad = [j for j in jobs if j.n_errored or j.n_passed < j.n_trials]
     if bad:
         p()
@@ -353,6 +379,8 @@ def main(argv: list[str] | None = None) -> int:
         for c in args.concurrency:
             print(f"sandlot run -n {c} on {args.n_tasks} tasks...", file=log)
             jobs.append(run_job(tasks_dir, jobs_dir, cache_dir, c, f"bench-n{c}"))
+            jobs[-1].floor_calls_per_sec = parallel_rate(FLOORS[REFERENCE_FLOOR], c,
+                                                         max(floor_runs, 4 * c))
         add_ratios(jobs, floors)
         meta: dict[str, object] = {
             "n_tasks": args.n_tasks, "cpus": os.cpu_count(), "kernel": os.uname().release,
