@@ -10,6 +10,7 @@ write a pytest plugin the task trusts. Each must pass, and none be marked as tam
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -154,4 +155,5 @@ def test_the_pristine_machinery_is_measured_and_kept(honest_job):
     assert {"site", "pytest", "_pytest", "pluggy"} <= set(python["loaded"])
     assert "answerpkg" not in python["loaded"]
     log = (honest_job / "deb-package__1" / "trial.log").read_text()
-    assert "verifier machinery probed in" in log
+    # Probed in this trial's sandbox, or in an alike one of the same job (MachineryCache).
+    assert re.search(r"verifier machinery (as probed in an alike sandbox|probed) in", log)
