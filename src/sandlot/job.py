@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +31,7 @@ from sandlot.redact import redact_text, secrets_from_env
 from sandlot.report.summary import sum_usage, summarize
 from sandlot.sandbox.base import SandboxBackend
 from sandlot.tasks.loader import Task
-from sandlot.trial import TrialPlan, TrialSettings
+from sandlot.trial import TrialPlan, TrialSettings, load_result
 from sandlot.verify import ScriptVerifier
 
 MAX_BACKOFF_SEC = 30.0
@@ -159,11 +158,8 @@ def prepare_job_dir(config: JobConfig) -> Path:
 def load_finished(path: Path) -> TrialResult | None:
     """A trial's result if it finished (cancelled trials, and those a provider failure
     stopped, are rerun on resume)."""
-    try:
-        result = TrialResult.model_validate_json(path.read_text())
-    except (OSError, ValueError):
-        return None
-    if result.error is not None and result.error.kind in RERUN_ON_RESUME:
+    result = load_result(path)
+    if result is None or (result.error is not None and result.error.kind in RERUN_ON_RESUME):
         return None
     return result
 
@@ -366,14 +362,6 @@ def _count_earlier_spend(gateway: Any, run: JobRun) -> None:
         gateway.job_spend.add(int(spent["total_tokens"]), spent["cost_usd"])  # type: ignore[call-overload, arg-type]
 
 
-def load_result(path: Path) -> TrialResult | None:
-    """Whatever result.json a trial wrote, or None."""
-    try:
-        return TrialResult.model_validate_json(path.read_text())
-    except (OSError, ValueError):
-        return None
-
-
 def _notify(observer: object, hook: str, *args: object) -> None:
     """Call an optional observer hook if the observer has it."""
     method = getattr(observer, hook, None)
@@ -399,6 +387,5 @@ def _record_cancelled(run: JobRun) -> None:
     for plan in run.plans:
         if plan.name in run.results:
             continue
-        path = plan.dir / "result.json"
-        with contextlib.suppress(OSError, ValueError):
-            run.results[plan.name] = TrialResult.model_validate(json.loads(path.read_text()))
+        if (recorded := load_result(plan.dir / "result.json")) is not None:
+            run.results[plan.name] = recorded

@@ -17,7 +17,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from sandlot.sandbox.base import DEFAULT_PATH, Sandbox
+from sandlot.sandbox.base import DEFAULT_PATH, KnowsItsPristineState, Sandbox
 
 #: Run by `sh` in the pristine sandbox: tab-separated lines, one JSON object per Python.
 PROBE_SH = r"""
@@ -195,8 +195,8 @@ class MachineryCache:
         """The machinery of `sandbox`, and whether it was probed in an earlier sandbox.
         `ran_before` says what the trial did in the sandbox before the probe (the users it
         made, whose homes are on the import path; its healthcheck command)."""
-        base = getattr(sandbox, "pristine_key", None)
-        if not isinstance(base, str):
+        base = sandbox.pristine_key if isinstance(sandbox, KnowsItsPristineState) else None
+        if base is None:
             return await probe_machinery(sandbox, env, user), False
         key = json.dumps([base, sorted(env.items()), user, ran_before])
         shared = self._probes.get(key)

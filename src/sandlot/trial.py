@@ -41,7 +41,7 @@ from sandlot.integrity import (
     neutralize_planted_hooks,
 )
 from sandlot.live import TrialLive
-from sandlot.machinery import Machinery, MachineryCache, probe_machinery
+from sandlot.machinery import Machinery, MachineryCache
 from sandlot.models import ErrorInfo, Integrity, TrialResult, utc_now
 from sandlot.network_plan import TrialNetworks, log_lines, plan_networks
 from sandlot.redact import redact_text, redact_tree
@@ -730,14 +730,11 @@ class _Trial:
         touches it (sandlot.machinery), kept in machinery.json beside result.json."""
         task = self.task
         started = time.monotonic()
-        env, cache = dict(task.config.verifier.env), self.settings.machinery_cache
-        if cache is None:
-            self.machinery, shared = await probe_machinery(sandbox, env, task.verifier_user), False
-        else:
-            users = sorted({u for u in (task.agent_user, task.verifier_user) if u is not None})
-            ran_before = repr((users, task.config.environment.healthcheck))
-            self.machinery, shared = await cache.probe(sandbox, env, task.verifier_user,
-                                                       ran_before)
+        cache = self.settings.machinery_cache or MachineryCache()  # none: this trial's own
+        users = sorted({u for u in (task.agent_user, task.verifier_user) if u is not None})
+        ran_before = repr((users, task.config.environment.healthcheck))
+        self.machinery, shared = await cache.probe(sandbox, dict(task.config.verifier.env),
+                                                   task.verifier_user, ran_before)
         how = "as probed in an alike sandbox" if shared else "probed"
         self.clock.log(f"verifier machinery {how} in {time.monotonic() - started:.2f}s: "
                        f"{len(self.machinery.pythons)} Python interpreter(s) on PATH")
@@ -849,6 +846,14 @@ class _Trial:
                 redact_text(result.model_dump_json(), settings.redactions))
             self.result = result
         write_model(self.plan.dir / "result.json", result, durable=False)  # the job's is
+
+
+def load_result(path: Path) -> TrialResult | None:
+    """Whatever result.json a trial wrote, or None (none, or not a whole result)."""
+    try:
+        return TrialResult.model_validate_json(path.read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def _step_dirs(trial_dir: Path) -> list[Path]:

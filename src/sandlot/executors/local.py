@@ -6,14 +6,13 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections.abc import Callable
-from pathlib import Path
 
 from sandlot.agents.base import Agent
 from sandlot.executors.base import ExecutorClosed, TrialRequest, TrialTicket
 from sandlot.live import TrialLive
 from sandlot.models import TrialResult
 from sandlot.sandbox.base import SandboxBackend
-from sandlot.trial import TrialSettings, run_trial
+from sandlot.trial import TrialSettings, load_result, run_trial
 from sandlot.verify import Verifier
 
 
@@ -82,14 +81,7 @@ class LocalExecutor:
                                        self._verifier, live)
             except asyncio.CancelledError:
                 # run_trial recorded itself as it stopped: that record is the result.
-                recorded = _recorded(plan.dir / "result.json")
+                recorded = load_result(plan.dir / "result.json")
                 if recorded is None:
                     raise
                 return recorded
-
-
-def _recorded(path: Path) -> TrialResult | None:
-    try:
-        return TrialResult.model_validate_json(path.read_text())
-    except (OSError, ValueError):
-        return None

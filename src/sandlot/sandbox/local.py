@@ -56,6 +56,7 @@ from sandlot.sandbox.links import resolve_link
 from sandlot.sandbox.procutil import (
     CGROUP_JOIN_FAILED,
     CappedReader,
+    WatchedProcess,
     die_with_sandlot,
     spawn,
     wait_exited,
@@ -345,7 +346,7 @@ def resolve_inside(root: Path, path: str, max_links: int = 40) -> Path:
 class LocalProcess:
     """A bwrap'd command with piped stdio; killing its group ends its whole PID namespace."""
 
-    def __init__(self, proc: asyncio.subprocess.Process, cgroups: CgroupLimits | None,
+    def __init__(self, proc: WatchedProcess, cgroups: CgroupLimits | None,
                  disk_full: Callable[[], bool] | None = None) -> None:
         self._proc = proc
         self._cgroups = cgroups
@@ -402,8 +403,8 @@ class LocalSandbox:
         self._upper = upper_dir or scratch_dir / "upper"
         self._keep_upper = upper_dir is not None
         self._merged = scratch_dir / "merged"
-        self._holder: asyncio.subprocess.Process | None = None
-        self._slirp: asyncio.subprocess.Process | None = None
+        self._holder: WatchedProcess | None = None
+        self._slirp: WatchedProcess | None = None
         self._net_lock = asyncio.Lock()
         self._cgroups: CgroupLimits | None = None
         self._layer_work: Path | None = None
@@ -415,14 +416,14 @@ class LocalSandbox:
         #: The allowlist the filter has now (None: the internet), once _egress is done.
         self._allowed: tuple[str, ...] | None = None
         #: The container's launcher, and the host pid of its init (PID 1 inside).
-        self._container: asyncio.subprocess.Process | None = None
-        self._outer: asyncio.subprocess.Process | None = None
+        self._container: WatchedProcess | None = None
+        self._outer: WatchedProcess | None = None
         self._init_pid: int | None = None
         #: Host pid of PID 1 of the namespace the container's is nested in (see
         #: _start_container): where a command with mounts of its own runs.
         self._outer_pid: int | None = None
         #: Pipes of finished commands still held open by processes they left running.
-        self._drains: dict[asyncio.subprocess.Process, tuple[CappedReader, ...]] = {}
+        self._drains: dict[WatchedProcess, tuple[CappedReader, ...]] = {}
         self._private_ids = itertools.count(1)
         #: With an image root: the environment before the trial (its lower layers merged),
         #: and whether it is a mount in the holder's namespace (see _image_lower).
@@ -1005,7 +1006,7 @@ class LocalSandbox:
         return (f"launcher {code(self._container)}, outer reaper {code(self._outer)}, "
                 f"holder {code(self._holder)}, PID 1 {init}")
 
-    async def _find_pid_one(self, launcher: asyncio.subprocess.Process, what: str,
+    async def _find_pid_one(self, launcher: WatchedProcess, what: str,
                             running_child: bool = False) -> int:
         """Host pid of the PID 1 that `launcher` starts, a namespace below the one it
         enters: the outer reaper (nsenter -> unshare -> reaper), or the container's init,
@@ -1115,7 +1116,7 @@ class LocalSandbox:
     async def _launch(self, command: list[str], env: dict[str, str] | None, cwd: str | None,
                       user: str | None, network: Network, mounts: dict[str, Path] | None,
                       cgroups: CgroupLimits | None, *, stdin_pipe: bool,
-                      stream_limit: int = 2 ** 16) -> asyncio.subprocess.Process:
+                      stream_limit: int = 2 ** 16) -> WatchedProcess:
         """Start `command` in the container, in `cgroups`, with the network the call asks
         for (what exec and start_process share)."""
         if self._holder is None or self._holder.returncode is not None:

@@ -86,36 +86,16 @@ async def spawn(program: str, *args: str, limit: int = 2 ** 16,
     return WatchedProcess(transport, protocol, loop)
 
 
-async def wait_exited(proc: asyncio.subprocess.Process, poll_sec: float = 0.01) -> int:
+async def wait_exited(proc: WatchedProcess) -> int:
     """The exit code of `proc` as soon as it exits, whoever still holds its pipes.
 
     asyncio's `wait()` (3.11) returns only once stdout and stderr reach EOF; a command's
     background children inherit them, so `wait()` would last as long as they do. A
-    process started by `spawn` says when it exited; any other is watched through a pidfd
-    and then polled until its exit code is set.
+    process started by `spawn` says when it exited.
     """
-    if proc.returncode is not None:
-        return proc.returncode
-    if isinstance(proc, WatchedProcess):
+    if proc.returncode is None:
         await asyncio.shield(proc.exited)
-        assert proc.returncode is not None
-        return proc.returncode
-    loop = asyncio.get_running_loop()
-    try:
-        pidfd = os.pidfd_open(proc.pid)
-    except OSError:
-        pidfd = None
-    if pidfd is not None:
-        exited = loop.create_future()
-        loop.add_reader(pidfd, lambda: exited.done() or exited.set_result(None))
-        try:
-            await exited
-        finally:
-            loop.remove_reader(pidfd)
-            os.close(pidfd)
-    # Exited; the child watcher reaps it and sets the code a moment later.
-    while proc.returncode is None:
-        await asyncio.sleep(poll_sec)
+    assert proc.returncode is not None
     return proc.returncode
 
 
