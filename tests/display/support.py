@@ -43,6 +43,9 @@ class DeadGateway:
     def snapshot(self) -> dict[str, object]:
         raise RuntimeError("gateway counter gone")
 
+    def reading(self) -> object:
+        raise RuntimeError("gateway counter gone")
+
 
 def live_trial(clock: Clock, task: str, attempt: int = 1, *, phase: str = "agent",
                age_sec: float = 0.0, tools: tuple[str, ...] = (), self_reported: int | None = None,

@@ -8,6 +8,7 @@ import pytest
 
 from sandlot.display.text import footer_parts
 from sandlot.display.tracker import LiveFigures, RunTracker, activity_text, read_figures
+from sandlot.gateway.formats.base import Usage
 
 from .support import DeadGateway, gateway_usage, live_trial, result, summary_of
 
@@ -49,6 +50,34 @@ def test_rate_limits_of_running_trials_show_in_the_footer(clock):
     quiet = RunTracker(model="m", n_planned=1, clock=clock)
     quiet.trial_started(None, 1, live_trial(clock, "c", gateway=gateway_usage(500)))
     assert not any("rate limited" in part for part in footer_parts(quiet.frame()))
+
+
+def test_a_frame_rereads_only_what_moved_and_never_shows_a_stale_figure(clock):
+    """Frames reuse a trial's figures while its counter's version and self-report stand
+    still; any write, a new self-report or a new gateway session shows in the next frame."""
+    tracker = RunTracker(model="m", n_planned=1, clock=clock)
+    usage = gateway_usage(1_000)
+    live = live_trial(clock, "a", gateway=usage)
+    tracker.trial_started(None, 1, live)
+    assert tracker.frame().rows[0].figures.tokens == 1_000
+    usage.begin()
+    assert tracker.frame().rows[0].figures.in_flight == 1
+    usage.stream_progress(400)
+    assert tracker.frame().rows[0].figures.tokens == 1_100
+    usage.finish(Usage(input_tokens=200, output_tokens=300), 0.25, 400, ok=True)
+    row = tracker.frame().rows[0]
+    assert (row.figures.tokens, row.figures.cost_usd, row.figures.in_flight) == (1_500, 0.25, 0)
+    usage.rate_limited()
+    usage.waiting(+1)
+    frame = tracker.frame()
+    assert (frame.n_rate_limited, frame.n_backing_off) == (1, 1)
+    live.agent.self_reported_tokens = 9_000
+    assert tracker.frame().rows[0].figures.tokens == 9_000
+    live.agent.self_reported_tokens = None
+    live.gateway_usage = gateway_usage(7)  # a new session: version 1 again, other counter
+    assert tracker.frame().rows[0].figures.tokens == 7
+    live.gateway_usage = DeadGateway()
+    assert tracker.frame().rows[0].figures == LiveFigures()
 
 
 def test_activity_text_shapes():

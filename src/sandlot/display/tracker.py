@@ -65,24 +65,25 @@ NO_FIGURES = LiveFigures()
 
 def read_figures(live: TrialLive) -> LiveFigures:
     """Reconcile a running trial's two token signals; never raises. O(1)."""
-    reported = live.agent.self_reported_tokens
+    return _figures(live.agent.self_reported_tokens, live.gateway_usage)
+
+
+def _figures(reported: object, usage: object) -> LiveFigures:
     if reported.__class__ is not int:  # None, or garbage from an agent
         reported = None
-    usage = live.gateway_usage
     if usage is None:
         return NO_FIGURES if reported is None else LiveFigures(reported, None, reported)
     try:
-        snap = usage.snapshot()
-        gateway = int(snap["total_tokens"] + snap["streaming_output_tokens_estimate"])
-        cost = snap["cost_usd"]
-        cost = None if cost is None else float(cost)
-        in_flight = int(snap["in_flight"])
-        backing_off = int(snap.get("backing_off") or 0)
-        rate_limited = int(snap.get("n_rate_limited") or 0)
+        got = usage.reading()  # type: ignore[attr-defined]
+        gateway = int(got.tokens)
+        cost = None if got.cost_usd is None else float(got.cost_usd)
+        in_flight, backing_off = int(got.in_flight), int(got.backing_off)
+        rate_limited = int(got.n_rate_limited)
     except Exception:  # a dead or torn-down counter: fall back to the self-report
         return NO_FIGURES if reported is None else LiveFigures(reported, None, reported)
     tokens = gateway if reported is None or gateway >= reported else reported
-    return LiveFigures(tokens, gateway, reported, cost, in_flight, backing_off, rate_limited)
+    return LiveFigures(tokens, gateway, reported,  # type: ignore[arg-type]
+                       cost, in_flight, backing_off, rate_limited)
 
 
 @dataclass(slots=True)
@@ -105,6 +106,27 @@ class RunningTrial:
     #: phase log it has seen.
     reported_phase: str | None = None
     reported_count: int = 0
+    #: The figures at the last look and what they were read from: the gateway counter,
+    #: its version, the self-report. A frame rereads only the trials whose inputs moved.
+    figures: LiveFigures = NO_FIGURES
+    figures_from: tuple[object, object, object] = (None, None, None)
+
+    def current_figures(self) -> LiveFigures:
+        """`read_figures(self.live)`, reusing the last answer while its inputs are unchanged.
+
+        A counter without a `version` is reread every time.
+        """
+        live = self.live
+        usage = live.gateway_usage
+        version = getattr(usage, "version", None)
+        reported = live.agent.self_reported_tokens
+        was_usage, was_version, was_reported = self.figures_from
+        if (usage is was_usage and version is not None and version == was_version
+                and reported == was_reported):
+            return self.figures
+        self.figures = _figures(reported, usage)
+        self.figures_from = (usage, version, reported)
+        return self.figures
 
 
 @dataclass(frozen=True, slots=True)
@@ -301,7 +323,7 @@ class RunTracker:
             if entry.retry_kind is not None:
                 continue  # the failed try's live figure is gone; the next try is not here yet
             live = entry.live
-            fig = read_figures(live)
+            fig = entry.current_figures()
             figures[entry.name] = fig
             if fig.tokens is not None:
                 live_tokens = (live_tokens or 0) + fig.tokens
