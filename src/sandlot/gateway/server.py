@@ -35,6 +35,7 @@ from sandlot.gateway.health import ProviderFailure, ProviderHealth
 from sandlot.gateway.netns import listen_in_netns, netns_cookie
 from sandlot.gateway.prices import PriceTable
 from sandlot.gateway.routing import Router, key_env
+from sandlot.gateway.trajectory import TrajectoryLog
 from sandlot.gateway.upstream import RETRYABLE_STATUS, CallContext, UpstreamReply
 from sandlot.gateway.usage import LiveUsage
 
@@ -72,7 +73,7 @@ class TrialSession:
     trial: str
     task: str | None
     key: str
-    trajectory_path: Path
+    trajectory: TrajectoryLog
     usage: LiveUsage = field(default_factory=LiveUsage)
     limit: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(8))
     sites: list[web.SockSite] = field(default_factory=list)
@@ -96,6 +97,10 @@ class TrialSession:
     sent_settings: SentSettings = field(default_factory=SentSettings)
     #: The wire formats the trial's agent spoke.
     formats: set[str] = field(default_factory=set)
+
+    @property
+    def trajectory_path(self) -> Path:
+        return self.trajectory.path
 
 
 class Gateway:
@@ -165,7 +170,7 @@ class Gateway:
         """A fresh key for `trial`; with `netns_path`, also a listener inside that netns."""
         trajectory_dir.mkdir(parents=True, exist_ok=True)
         session = TrialSession(trial=trial, task=task, key="sk-sandlot-" + secrets.token_hex(24),
-                               trajectory_path=trajectory_dir / "llm_trajectory.jsonl",
+                               trajectory=TrajectoryLog(trajectory_dir / "llm_trajectory.jsonl"),
                                limit=asyncio.Semaphore(self.per_trial_concurrency),
                                budget=budget or Budget())
         self._sessions[session.key] = session
@@ -185,6 +190,7 @@ class Gateway:
         """Revoke the key and stop the trial's listeners; later requests get 401."""
         session.open = False
         self._sessions.pop(session.key, None)
+        session.trajectory.close()
         if session.netns_cookie is not None and \
                 self._netns_keys.get(session.netns_cookie) == session.key:
             del self._netns_keys[session.netns_cookie]
@@ -338,7 +344,7 @@ class Gateway:
             record.setdefault("latency_sec", round(time.monotonic() - started, 6))
             session.usage.finish(usage, cost, progress[0], ok)
             self.job_spend.add(usage.total_tokens, cost)
-            _append_jsonl(session.trajectory_path, record)
+            session.trajectory.append(record)
 
     def _over_budget(self, session: TrialSession) -> str | None:
         """Why a request may not go out now (the job's or the trial's budget is spent),
@@ -451,10 +457,3 @@ def _is_terminal(event: str | None, data: str) -> bool:
     if data.strip() == "[DONE]" or event in TERMINAL_EVENTS or '"finishReason"' in data:
         return True
     return '"type":"message_stop"' in data.replace(" ", "") if event is None else False
-
-
-def _append_jsonl(path: Path, record: dict[str, Any]) -> None:
-    """One line per exchange, written in one call; a crash loses at most the last line."""
-    line = json.dumps(record, default=str, separators=(",", ":")) + "\n"
-    with path.open("a") as fh:
-        fh.write(line)
