@@ -19,12 +19,21 @@ requests of the other paths. The added latency of a path is its p50 (p99) minus 
 direct path's p50 (p99). Then C concurrent streaming clients (aiohttp) run for T seconds
 against each path: requests/s. Each server's CPU time per request comes from /proc.
 
+The requests/s phase runs twice. First against the upstream as above, which answers at
+once: every process then competes for the same CPUs, and the figure is a CPU ceiling
+(with the client and the upstream already keeping 2 CPUs busy when called directly, no
+proxy can reach 0.8 of direct there; see docs/performance.md). Then against a second
+upstream and gateway pair whose upstream paces its streams like a model (`--pace-ms`,
+the first chunk after 200 ms, then one every 20 ms): C agents streaming at once, which
+is what the gateway carries in a job.
+
 It also measures what running the gateway inside the sandlot process costs (import, start,
 first request; time and RSS, in a fresh interpreter that has already imported `sandlot.cli`),
 against what a child process costs (spawn until ready, and its RSS).
 
     .venv/bin/python benchmarks/gateway.py [--n 300] [--concurrency 64] [--duration 10]
-                                           [--skip-proxy] [--proxy-venv DIR] [--json]
+                                           [--pace-ms 200 20] [--skip-proxy]
+                                           [--proxy-venv DIR] [--json]
 """
 
 from __future__ import annotations
@@ -62,6 +71,9 @@ SETTLE_SEC = 0.1
 GOAL_ADDED_P50_SEC = 0.002
 #: ...and under this fraction of what the LiteLLM proxy adds.
 GOAL_FRACTION_OF_PROXY = 0.2
+#: Goal from issue 31: at C concurrent model-paced streams, at least this share of the
+#: requests/s of calling the upstream directly.
+GOAL_PACED_SHARE_OF_DIRECT = 0.8
 
 
 # -- servers, each run in a child process (`--serve ROLE`) -------------------------------
@@ -77,11 +89,12 @@ async def _until_stdin_closes() -> None:
     await asyncio.to_thread(sys.stdin.read)
 
 
-async def _serve_upstream() -> None:
+async def _serve_upstream(pace_ms: tuple[float, float] | None = None) -> None:
     from sandlot.gateway.scripted import find_model
-    from sandlot.gateway.scripted_server import ScriptedServer
+    from sandlot.gateway.scripted_server import ScriptedServer, StreamPace
 
-    server = ScriptedServer(find_model(MODEL, []))
+    pace = StreamPace(pace_ms[0] / 1000, pace_ms[1] / 1000) if pace_ms else None
+    server = ScriptedServer(find_model(MODEL, []), pace=pace)
     await server.start()
     _ready({"base_url": server.base_url})
     try:
@@ -167,7 +180,7 @@ def _measure_in_process(upstream_url: str, work_dir: str) -> None:
 
 def serve(role: str, args: list[str]) -> None:
     if role == "upstream":
-        asyncio.run(_serve_upstream())
+        asyncio.run(_serve_upstream((float(args[0]), float(args[1])) if args else None))
     elif role == "gateway":
         asyncio.run(_serve_gateway(args[0], int(args[1]), args[2]))
     elif role == "in-process":
@@ -567,6 +580,32 @@ async def measure_throughput(target: Target, children: list[Child], concurrency:
         client_cpu_busy=spent["client"] / spent["wall"], other_cpus=spent["other_cpus"])
 
 
+def run_paced(args: argparse.Namespace, work_dir: Path) -> dict[str, Throughput]:
+    """requests/s direct and through a gateway, against an upstream paced like a model."""
+    first_ms, every_ms = args.pace_ms
+    upstream = spawn_server("upstream", "upstream", str(first_ms), str(every_ms))
+    gateway = spawn_server("gateway", "gateway", upstream.info["base_url"],
+                           str(args.concurrency), str(work_dir / "paced-trajectories"))
+    # The CPU marks name the processes: the paced pair replaces the first one meanwhile.
+    pair = [upstream, gateway]
+    targets = [Target("direct", upstream.info["base_url"] + "/chat/completions",
+                      [UPSTREAM_KEY]),
+               Target("gateway", gateway.info["base_url"] + "/chat/completions",
+                      gateway.info["keys"], gateway)]
+    out: dict[str, Throughput] = {}
+    try:
+        for target in targets:
+            print(f"requests/s, paced upstream ({first_ms:g} ms, then {every_ms:g} ms per "
+                  f"chunk): {args.concurrency} streams for {args.duration:g} s against "
+                  f"{target.name}...", file=sys.stderr)
+            out[target.name] = asyncio.run(measure_throughput(
+                target, pair, args.concurrency, args.duration))
+    finally:
+        for child in reversed(pair):
+            child.stop()
+    return out
+
+
 # -- start-up cost -----------------------------------------------------------------------
 
 
@@ -661,28 +700,16 @@ def print_report(report: dict[str, Any], out: TextIO) -> None:
     if thr:
         first = next(iter(thr.values()))
         p(f"{first.concurrency} concurrent streaming clients, {first.duration_sec:g} s window "
-          "(after 1 s of warm-up)")
-        row("", list(thr))
-        row("  requests/s", [f"{t.requests_per_sec:.0f}" for t in thr.values()])
-        base = thr.get("direct")
-        if base and base.requests_per_sec:
-            row("  ÷ direct", [f"{t.requests_per_sec / base.requests_per_sec:.2f}"
-                               for t in thr.values()])
-        row("  p50 latency (ms)", [ms(t.p50_sec, 1) for t in thr.values()])
-        row("  p99 latency (ms)", [ms(t.p99_sec, 1) for t in thr.values()])
-        row("  errors", [str(t.errors) for t in thr.values()])
-        row("  CPU/request, its server (ms)",
-            [f"{t.server_cpu_ms_per_request:.2f}" if t.server_cpu_ms_per_request else "-"
-             for t in thr.values()])
-        row("  CPU/request, upstream (ms)",
-            [f"{t.upstream_cpu_ms_per_request:.2f}" if t.upstream_cpu_ms_per_request else "-"
-             for t in thr.values()])
-        row("  client CPU busy (of 1 CPU)", [f"{t.client_cpu_busy:.2f}" for t in thr.values()])
-        row("  other processes (CPUs busy)", [f"{t.other_cpus:.2f}" for t in thr.values()])
-        for name, t in thr.items():
-            if t.first_error:
-                p(f"  {name}: first error: {t.first_error[:300]}")
-        p()
+          "(after 1 s of warm-up), upstream answering at once: a CPU ceiling")
+        print_throughput(thr, row, p)
+    paced: dict[str, Throughput] = report["paced_throughput"]
+    if paced:
+        first = next(iter(paced.values()))
+        first_ms, every_ms = report["pace_ms"]
+        p(f"{first.concurrency} concurrent streaming clients, {first.duration_sec:g} s window, "
+          f"upstream paced like a model (first chunk after {first_ms:g} ms, then one every "
+          f"{every_ms:g} ms)")
+        print_throughput(paced, row, p)
     startup = report["startup"]
     p("the gateway in the sandlot process (fresh interpreter, `sandlot.cli` imported first)")
     row("", ["ms", "RSS added MB", "RSS MB"], width=62)
@@ -709,6 +736,54 @@ def print_report(report: dict[str, Any], out: TextIO) -> None:
         verdict_fifth = "n/a (no proxy)" if fifth is None else ("yes" if fifth else "NO")
         p(f"  {mode}: gateway adds < 2 ms p50: {verdict_2ms}; "
           f"< 1/5 of the proxy's added p50: {verdict_fifth}")
+    p("goals (issue 31)")
+    share = share_of_direct(report["paced_throughput"])
+    if share is None:
+        p("  paced streams: not measured")
+    else:
+        verdict = "met" if share >= GOAL_PACED_SHARE_OF_DIRECT else "NOT met"
+        p(f"  {report['meta']['concurrency']} paced streams: gateway ≥ "
+          f"{GOAL_PACED_SHARE_OF_DIRECT:.1f}× direct requests/s: {verdict} ({share:.2f}×)")
+    ceiling = share_of_direct(report["throughput"])
+    if ceiling is not None:
+        p(f"  upstream answering at once (CPU ceiling, no goal): {ceiling:.2f}× direct")
+    for mode in ("not streamed", "streamed"):
+        ratio = summary[mode]["gateway_over_proxy_p50"]
+        if ratio is not None:
+            verdict = "met" if ratio <= 1 / 20 else "NOT met"
+            p(f"  {mode}: added p50 ≤ 1/20 of the LiteLLM proxy's: {verdict} ({ratio:.3f})")
+
+
+def print_throughput(thr: dict[str, Throughput], row: Any, p: Any) -> None:
+    row("", list(thr))
+    row("  requests/s", [f"{t.requests_per_sec:.0f}" for t in thr.values()])
+    base = thr.get("direct")
+    if base and base.requests_per_sec:
+        row("  ÷ direct", [f"{t.requests_per_sec / base.requests_per_sec:.2f}"
+                           for t in thr.values()])
+    row("  p50 latency (ms)", [ms(t.p50_sec, 1) for t in thr.values()])
+    row("  p99 latency (ms)", [ms(t.p99_sec, 1) for t in thr.values()])
+    row("  errors", [str(t.errors) for t in thr.values()])
+    row("  CPU/request, its server (ms)",
+        [f"{t.server_cpu_ms_per_request:.2f}" if t.server_cpu_ms_per_request else "-"
+         for t in thr.values()])
+    row("  CPU/request, upstream (ms)",
+        [f"{t.upstream_cpu_ms_per_request:.2f}" if t.upstream_cpu_ms_per_request else "-"
+         for t in thr.values()])
+    row("  client CPU busy (of 1 CPU)", [f"{t.client_cpu_busy:.2f}" for t in thr.values()])
+    row("  other processes (CPUs busy)", [f"{t.other_cpus:.2f}" for t in thr.values()])
+    for name, t in thr.items():
+        if t.first_error:
+            p(f"  {name}: first error: {t.first_error[:300]}")
+    p()
+
+
+def share_of_direct(thr: dict[str, Throughput]) -> float | None:
+    """The gateway's requests/s ÷ direct's, or None without both."""
+    direct, via = thr.get("direct"), thr.get("gateway")
+    if direct is None or via is None or not direct.requests_per_sec:
+        return None
+    return via.requests_per_sec / direct.requests_per_sec
 
 
 # -- main --------------------------------------------------------------------------------
@@ -724,6 +799,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="concurrent streaming clients in the requests/s phase")
     parser.add_argument("--duration", type=float, default=10.0,
                         help="seconds counted in the requests/s phase, per path (0 skips it)")
+    parser.add_argument("--pace-ms", type=float, nargs=2, default=[200.0, 20.0],
+                        metavar=("FIRST", "EVERY"),
+                        help="the paced upstream: ms before a stream's first chunk and "
+                             "between the next ones (0 0 skips the paced run)")
     parser.add_argument("--skip-proxy", action="store_true",
                         help="leave the LiteLLM proxy out (no venv, no install)")
     parser.add_argument("--proxy-venv", type=Path, default=DEFAULT_PROXY_VENV,
@@ -801,6 +880,9 @@ def main(argv: list[str] | None = None) -> int:
                       f"against {target.name}...", file=log)
                 throughput[target.name] = asyncio.run(measure_throughput(
                     target, children, args.concurrency, args.duration))
+        paced: dict[str, Throughput] = {}
+        if args.duration > 0 and any(args.pace_ms):
+            paced = run_paced(args, work_dir)
         print("start-up and RSS of the gateway in-process...", file=log)
         startup = measure_startup(upstream_url, work_dir, gateway)
         report: dict[str, Any] = {
@@ -814,6 +896,8 @@ def main(argv: list[str] | None = None) -> int:
             "added": summarise(latency),
             "latency_cpu_ms_per_request": latency_cpu,
             "throughput": throughput,
+            "paced_throughput": paced,
+            "pace_ms": args.pace_ms,
             "startup": startup,
             "proxy_start": proxy_start,
         }

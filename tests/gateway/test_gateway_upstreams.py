@@ -6,15 +6,19 @@ from __future__ import annotations
 
 import json
 import secrets
+import time
 from typing import Any
 
 import openai
 import pytest
 
 from conftest import files_containing
+from sandlot.gateway.scripted import find_model
+from sandlot.gateway.scripted_server import ScriptedServer, StreamPace
 
 from .gateway_support import (
     BASH_TOOL,
+    SCRIPTS,
     ant,
     oai,
     provider,
@@ -299,3 +303,31 @@ def test_secret_scan_finds_a_planted_secret(tmp_path):
     assert files_containing(tmp_path, "sk-upstream-secret-1") == [
         tmp_path / "a" / "b" / "x.jsonl"]
     assert files_containing(tmp_path, "sk-upstream-secret-2") == []
+
+
+def test_a_paced_stream_is_relayed_chunk_by_chunk_as_it_arrives(runner, tmp_path):
+    """A provider that generates slowly (the benchmark's paced upstream): the agent gets
+    each chunk when the provider sends it, not the whole answer at the end."""
+    between = 0.15
+
+    async def body() -> None:
+        server = ScriptedServer(find_model("gw-tools", [SCRIPTS]),
+                                pace=StreamPace(first_chunk_sec=0.0, between_chunks_sec=between))
+        await server.start()
+        try:
+            async with running_gateway("openai/m1", api_base=server.base_url) as gw:
+                session = await gw.open_trial("t__1", "task", tmp_path / "t__1")
+                async with oai(gw, session.key) as client:
+                    arrived = []
+                    chunks = await client.chat.completions.create(
+                        model="m", messages=USER, tools=[BASH_TOOL], stream=True)
+                    async for _ in chunks:
+                        arrived.append(time.monotonic())
+                assert len(arrived) >= 3
+                # Chunks came spread over the provider's pacing, not in one burst at the end.
+                assert arrived[-1] - arrived[0] >= between * (len(arrived) - 2)
+                assert_scripted_turn(records(session)[0])
+        finally:
+            await server.stop()
+
+    runner.run(body())

@@ -5,11 +5,15 @@ real provider (`--model openai/<id> --api-base http://127.0.0.1:PORT/v1`), so th
 retries and LiteLLM translation are exercised over real HTTP. `required_key`, when set,
 is checked like a provider would, to prove the real key reaches the provider and only it;
 `served_models`, when set, answers any other model name with 404 as a provider does.
+`pace`, when set, spaces a streamed answer's chunks like a model generating it, so a
+benchmark sees the gateway under many slow streams rather than a flood of instant ones.
 """
 
 from __future__ import annotations
 
+import asyncio
 import socket
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
@@ -21,10 +25,20 @@ from sandlot.gateway.upstream import CallContext, ScriptedUpstream, StreamCut
 PATHS = {"/v1/chat/completions": "chat", "/v1/messages": "messages", "/v1/responses": "responses"}
 
 
+@dataclass(frozen=True)
+class StreamPace:
+    """Seconds before a streamed answer's first chunk, and between the chunks after it."""
+
+    first_chunk_sec: float
+    between_chunks_sec: float
+
+
 class ScriptedServer:
     def __init__(self, model: ScriptedModel, required_key: str | None = None,
-                 served_models: frozenset[str] | None = None) -> None:
+                 served_models: frozenset[str] | None = None,
+                 pace: StreamPace | None = None) -> None:
         self.upstream = ScriptedUpstream(model)
+        self.pace = pace
         self.required_key = required_key
         self.served_models = served_models
         self.seen_keys: list[str] = []
@@ -78,7 +92,12 @@ class ScriptedServer:
         response = web.StreamResponse(headers={"content-type": "text/event-stream"})
         await response.prepare(request)
         try:
+            pace, first = self.pace, True
             async for chunk in reply.stream:
+                if pace is not None:
+                    await asyncio.sleep(pace.first_chunk_sec if first
+                                        else pace.between_chunks_sec)
+                    first = False
                 await response.write(chunk)
         except StreamCut:
             if request.transport is not None:

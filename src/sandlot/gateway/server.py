@@ -332,6 +332,9 @@ class Gateway:
                     record["upstream_error"] = reply.error
                 out_headers = {k: v for k, v in reply.headers.items()
                                if k.lower() == "retry-after"}
+                if reply.raw_body is not None:
+                    return web.Response(body=reply.raw_body, status=reply.status,
+                                        headers=out_headers, content_type="application/json")
                 return web.json_response(response_body, status=reply.status,
                                          headers=out_headers)
             response, usage, ok = await self._relay_stream(

@@ -28,6 +28,9 @@ class UpstreamReply:
     status: int
     headers: dict[str, str] = field(default_factory=dict)
     json_body: dict[str, Any] | None = None
+    #: The provider's JSON answer as it came (decompressed), relayed to the agent as is
+    #: instead of serialized again from `json_body`. None for answers made here.
+    raw_body: bytes | None = None
     stream: AsyncIterator[bytes] | None = None
     #: Error text from the provider or the transport, for the trajectory.
     error: str | None = None
@@ -199,12 +202,17 @@ class HttpUpstream:
             return UpstreamReply(502, json_body=fmt.error_body(502, message), error=message)
         finally:
             response.release()
+        relayed: bytes | None = raw
         try:
             parsed = json.loads(raw) if raw else {}
         except ValueError:
             parsed = fmt.error_body(response.status, raw.decode(errors="replace")[:2000])
+            relayed = None
+        if not raw:
+            relayed = None
         error = None if response.status < 400 else json.dumps(parsed)[:2000]
-        return UpstreamReply(response.status, kept, json_body=parsed, error=error)
+        return UpstreamReply(response.status, kept, json_body=parsed, raw_body=relayed,
+                             error=error)
 
     async def aclose(self) -> None:
         if self._session is not None:
