@@ -23,7 +23,7 @@ The requests/s phase runs twice. First against the upstream as above, which answ
 once: every process then competes for the same CPUs, and the figure is a CPU ceiling
 (with the client and the upstream already keeping 2 CPUs busy when called directly, no
 proxy can reach 0.8 of direct there; see docs/performance.md). Then against a second
-upstream and gateway pair whose upstream paces its streams like a model (`--pace-ms`,
+upstream and gateway paced_children whose upstream paces its streams like a model (`--pace-ms`,
 the first chunk after 200 ms, then one every 20 ms): C agents streaming at once, which
 is what the gateway carries in a job.
 
@@ -580,28 +580,41 @@ async def measure_throughput(target: Target, children: list[Child], concurrency:
         client_cpu_busy=spent["client"] / spent["wall"], other_cpus=spent["other_cpus"])
 
 
-def run_paced(args: argparse.Namespace, work_dir: Path) -> dict[str, Throughput]:
-    """requests/s direct and through a gateway, against an upstream paced like a model."""
+def run_paced(args: argparse.Namespace, work_dir: Path,
+              proxy_exe: Path | None) -> dict[str, Throughput]:
+    """requests/s direct, through a gateway and through a LiteLLM proxy (with `proxy_exe`),
+    against an upstream paced like a model."""
     first_ms, every_ms = args.pace_ms
     upstream = spawn_server("upstream", "upstream", str(first_ms), str(every_ms))
-    gateway = spawn_server("gateway", "gateway", upstream.info["base_url"],
-                           str(args.concurrency), str(work_dir / "paced-trajectories"))
-    # The CPU marks name the processes: the paced pair replaces the first one meanwhile.
-    pair = [upstream, gateway]
-    targets = [Target("direct", upstream.info["base_url"] + "/chat/completions",
-                      [UPSTREAM_KEY]),
-               Target("gateway", gateway.info["base_url"] + "/chat/completions",
-                      gateway.info["keys"], gateway)]
+    # The CPU marks name the processes: the paced ones replace the first ones meanwhile.
+    paced_children = [upstream]
     out: dict[str, Throughput] = {}
     try:
+        gateway = spawn_server("gateway", "gateway", upstream.info["base_url"],
+                               str(args.concurrency), str(work_dir / "paced-trajectories"))
+        paced_children.append(gateway)
+        targets = [Target("direct", upstream.info["base_url"] + "/chat/completions",
+                          [UPSTREAM_KEY]),
+                   Target("gateway", gateway.info["base_url"] + "/chat/completions",
+                          gateway.info["keys"], gateway)]
+        if proxy_exe is not None:
+            proxy_dir = work_dir / "paced-proxy"
+            proxy_dir.mkdir()
+            proxy, why = start_proxy(proxy_exe, upstream.info["base_url"], proxy_dir)
+            if proxy is None:
+                print(f"LiteLLM proxy (paced run) unavailable: {why}", file=sys.stderr)
+            else:
+                paced_children.append(proxy)
+                targets.append(Target("litellm proxy", proxy.info["base_url"]
+                                      + "/chat/completions", [PROXY_KEY], proxy))
         for target in targets:
             print(f"requests/s, paced upstream ({first_ms:g} ms, then {every_ms:g} ms per "
                   f"chunk): {args.concurrency} streams for {args.duration:g} s against "
                   f"{target.name}...", file=sys.stderr)
             out[target.name] = asyncio.run(measure_throughput(
-                target, pair, args.concurrency, args.duration))
+                target, paced_children, args.concurrency, args.duration))
     finally:
-        for child in reversed(pair):
+        for child in reversed(paced_children):
             child.stop()
     return out
 
@@ -852,6 +865,7 @@ def main(argv: list[str] | None = None) -> int:
                    Target("gateway", gateway.info["base_url"] + "/chat/completions",
                           gateway.info["keys"], gateway)]
         proxy_unavailable, proxy_start, proxy_version = None, None, None
+        proxy_exe: Path | None = None
         if args.skip_proxy:
             proxy_unavailable = "skipped (--skip-proxy)"
         else:
@@ -865,6 +879,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"LiteLLM proxy unavailable: {why}", file=log)
             else:
                 assert exe is not None
+                proxy_exe = exe
                 children.append(proxy)
                 proxy_version = _proxy_version(exe)
                 proxy_start = {"ready_sec": proxy.ready_sec, "rss_mb": proxy.ready_rss_mb}
@@ -882,7 +897,7 @@ def main(argv: list[str] | None = None) -> int:
                     target, children, args.concurrency, args.duration))
         paced: dict[str, Throughput] = {}
         if args.duration > 0 and any(args.pace_ms):
-            paced = run_paced(args, work_dir)
+            paced = run_paced(args, work_dir, proxy_exe)
         print("start-up and RSS of the gateway in-process...", file=log)
         startup = measure_startup(upstream_url, work_dir, gateway)
         report: dict[str, Any] = {
