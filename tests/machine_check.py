@@ -249,7 +249,7 @@ def _inode_flags(path: str) -> int:
 #: Programs the suite runs that may end up orphaned: a leftover one is the suite's.
 SUITE_PROGRAMS = frozenset({"bwrap", "conmon", "slirp4netns", "unshare", "nsenter",
                             "setpriv", "podman", "catatonit", "docker-registry", "node",
-                            "npm", "python", "python3", "sleep", "sh", "bash"})
+                            "npm", "python", "python3", "sleep", "sh", "bash", "cat"})
 
 
 def _suite_kind_of_orphan(proc: Proc) -> bool:

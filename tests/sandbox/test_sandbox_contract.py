@@ -958,3 +958,20 @@ def test_local_storage_mb_is_a_disk_quota(backend, make_sandbox, run, tmp_path, 
     assert not box.scratch.exists()
     attached = subprocess.run(["losetup", "-a"], capture_output=True, text=True).stdout
     assert str(image) not in attached, attached
+
+
+def test_orphans_of_a_command_with_mounts_are_reaped(make_sandbox, run, tmp_path):
+    """A verifier's command runs apart from the container (see `exec`'s mounts); what it
+    leaves behind is adopted there and must be reaped too, or the zombies would count
+    against the trial's pids limit."""
+    sandbox = make_sandbox(mount_points=("/tests",))
+    tests = tmp_path / "tests"
+    tests.mkdir()
+    left = run(sandbox.exec("for i in 1 2 3 4 5; do (sleep 0.1 &); done; "
+                            "(sh -c 'sleep 0.1 & sleep 0.2' &); echo left",
+                            mounts={"/tests": tests}, timeout_sec=30))
+    assert left.ok and left.stdout == "left\n", left
+    time.sleep(1)
+    r = run(sandbox.exec("cut -d' ' -f3 /proc/[0-9]*/stat | sort | uniq -c",
+                         mounts={"/tests": tests}, timeout_sec=30))
+    assert r.ok and " Z" not in r.stdout, r
