@@ -26,4 +26,6 @@ if [[ ! -x .venv/bin/python ]]; then
 fi
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -e '.[dev]'
+# Compiled now: where PYTHONDONTWRITEBYTECODE is set, each run would compile them again.
+.venv/bin/python -m compileall -q src >/dev/null || true
 echo "sandlot: installed into $(pwd)/.venv (run .venv/bin/sandlot --help)"

@@ -504,9 +504,12 @@ class LocalSandbox:
             # One /dev/shm for the whole sandbox, as a container has (Docker's 64 MB).
             f'mount -t tmpfs -o mode=1777,nosuid,nodev,size={SHM_SIZE} shm "{shm}" '
             "|| exit 98; "
-            # Then the holder becomes PID 1 of the sandbox's PID namespace, where every
-            # exec's bwrap starts (see _REAPER).
-            f"ip link set lo up 2>/dev/null; echo ready; exec {_reaper_command()}"
+            "ip link set lo up 2>/dev/null; echo ready; "
+            # The mount points are pinned here once sandlot has made them (see
+            # _pin_mount_points); then the holder becomes PID 1 of the sandbox's PID
+            # namespace, where every exec's bwrap starts (see _REAPER).
+            + self._pin_script()
+            + f"exec {_reaper_command()}"
         )
         self._cgroups = CgroupLimits.create(
             self.spec.name, self.spec.memory_mb, self.spec.cpus, self.spec.pids_max
@@ -668,12 +671,27 @@ class LocalSandbox:
                 hosts.write_text(ETC_HOSTS)
                 self._setup_paths.add("/etc/hosts")
 
+    def _pin_chain(self) -> list[str]:
+        return mount_point_chain((*self.spec.mount_points, *self.spec.binds.values()))
+
+    def _pin_script(self) -> str:
+        """The holder's part of _pin_mount_points: on sandlot's word, bind each mount point
+        onto itself, then say `pinned` (no chain: nothing to wait for)."""
+        chain = self._pin_chain()
+        if not chain:
+            return ""
+        merged = str(self._merged)
+        binds = "".join(f'mount --bind "{merged}{p}" "{merged}{p}" || exit 93; ' for p in chain)
+        return f"read go || exit 94; {binds}echo pinned; "
+
     async def _pin_mount_points(self) -> None:
         """Make each mount point (and its parents) a real folder that is a mount point
         itself, before any command runs: no command can then move, remove or replace it
         with a symlink, and bwrap mounts a verifier's folders exactly there (a symlink on
-        the way would have it mount, or even create folders, elsewhere)."""
-        chain = mount_point_chain((*self.spec.mount_points, *self.spec.binds.values()))
+        the way would have it mount, or even create folders, elsewhere). sandlot makes the
+        folders; the holder, waiting on its stdin, binds them (one process less than an
+        nsenter per sandbox)."""
+        chain = self._pin_chain()
         if not chain:
             return
         root = self.host_path("/")
@@ -683,16 +701,20 @@ class LocalSandbox:
                 await asyncio.to_thread(remove_tree, target)
             target.mkdir(exist_ok=True)
         self._setup_paths |= set(chain)
-        assert self._holder is not None
-        merged = str(self._merged)
-        script = "; ".join(f'mount --bind "{merged}{p}" "{merged}{p}" || exit 1' for p in chain)
-        proc = await spawn(
-            "nsenter", f"--mount=/proc/{self._holder.pid}/ns/mnt", "/bin/sh", "-c", script,
-            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.PIPE, env=LAUNCH_ENV)
-        _, err = await proc.communicate()
-        if proc.returncode != 0:
-            raise SandboxError(f"cannot pin the sandbox's mount points: {err.decode().strip()}")
+        holder = self._holder
+        assert holder is not None and holder.stdin is not None and holder.stdout is not None
+        line = b""
+        with contextlib.suppress(TimeoutError, ConnectionError):
+            holder.stdin.write(b"go\n")
+            await holder.stdin.drain()
+            line = await asyncio.wait_for(holder.stdout.readline(), 30)
+        if line.strip() != b"pinned":
+            err = b""
+            if holder.stderr is not None:
+                with contextlib.suppress(TimeoutError):
+                    err = await asyncio.wait_for(holder.stderr.read(4096), 2)
+            raise SandboxError("cannot pin the sandbox's mount points: "
+                               f"{err.decode(errors='replace').strip() or 'no output'}")
 
     def host_path(self, sandbox_path: str) -> Path:
         """Where `sandbox_path` is reachable from the host: through the holder's mounts.
