@@ -1034,6 +1034,9 @@ class LocalSandbox:
         depth = 2 if self._outer_pid is None else 1
         around = os.stat(f"/proc/{launcher.pid}/ns/pid_for_children").st_ino
         deadline = time.monotonic() + 30
+        # A PID 1 shows within a few ms: look every ms until then (a look reads two or
+        # three /proc files), every 5 ms after.
+        look_often_until = time.monotonic() + 0.05
         quiet_since: float | None = None
         bwrap_since: float | None = None
         forked = False
@@ -1066,7 +1069,7 @@ class LocalSandbox:
                             break
                     else:
                         quiet_since = None
-            await asyncio.sleep(0.005)
+            await asyncio.sleep(0.001 if time.monotonic() < look_often_until else 0.005)
         log = ""
         if launcher is self._container:
             if self.spec.entrypoint and (launcher.returncode is not None or quiet_since):
