@@ -25,6 +25,7 @@ is no moment without a filter.
 from __future__ import annotations
 
 import asyncio
+import functools
 import ipaddress
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -122,8 +123,14 @@ def _rule(family: str, nets: list[str], verdict: str) -> str:
     return f"    {family} daddr {{ {', '.join(nets)} }} {verdict}\n" if nets else ""
 
 
+@functools.lru_cache(maxsize=64)
 def ruleset(policy: EgressPolicy) -> str:
-    """The nft script for `policy` (replaces an earlier table of the same name)."""
+    """The nft script for `policy` (replaces an earlier table of the same name).
+
+    Kept per policy: the sandboxes of a job mostly share one (the host's addresses are
+    read again for each, and a new address makes a new policy), and splitting the
+    ranges with `ipaddress` took several ms of the event loop per sandbox.
+    """
     host4, host6 = _split(f"{a}/{32 if ':' not in a else 128}" for a in policy.host_addresses)
     own4, own6 = _split(policy.own_subnets)
     dns4, dns6 = _split(policy.resolvers)
