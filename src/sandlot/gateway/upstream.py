@@ -202,13 +202,11 @@ class HttpUpstream:
             return UpstreamReply(502, json_body=fmt.error_body(502, message), error=message)
         finally:
             response.release()
-        relayed: bytes | None = raw
         try:
             parsed = json.loads(raw) if raw else {}
+            relayed = raw or None
         except ValueError:
             parsed = fmt.error_body(response.status, raw.decode(errors="replace")[:2000])
-            relayed = None
-        if not raw:
             relayed = None
         error = None if response.status < 400 else json.dumps(parsed)[:2000]
         return UpstreamReply(response.status, kept, json_body=parsed, raw_body=relayed,

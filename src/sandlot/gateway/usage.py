@@ -64,6 +64,7 @@ class LiveUsage:
     in_flight: int = 0
     #: Requests now waiting out a backoff before their next try (a rate limit, an outage).
     backing_off: int = 0
+    #: Bumped by every write (see the class docstring).
     version: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
