@@ -536,12 +536,9 @@ class LocalSandbox:
         except TimeoutError:
             line = b""
         if line.strip() != b"ready":
-            err = b""
-            if self._holder.stderr is not None:
-                with contextlib.suppress(TimeoutError):
-                    err = await asyncio.wait_for(self._holder.stderr.read(4096), 2)
+            err = await self._holder_stderr()
             await self.stop()
-            raise SandboxError(f"overlay mount failed: {err.decode(errors='replace').strip()}")
+            raise SandboxError(f"overlay mount failed: {err}")
         try:
             await asyncio.to_thread(self._prepare_root)
             await self._pin_mount_points()
@@ -627,9 +624,22 @@ class LocalSandbox:
                 _adapt_layer, self._upper, self.spec.removed_paths, self.spec.added_links)
         except OSError as exc:
             raise SandboxError(f"cannot hide host paths in the task's disk: {exc}") from exc
-        self._holder.stdin.write(b"go\n")
+        await self._holder_go()
+
+    async def _holder_go(self) -> None:
+        """Let the holder's script on past its `read go` (a holder gone: it reads nothing)."""
+        assert self._holder is not None and self._holder.stdin is not None
         with contextlib.suppress(ConnectionError):
+            self._holder.stdin.write(b"go\n")
             await self._holder.stdin.drain()
+
+    async def _holder_stderr(self) -> str:
+        """What the holder's script said on its way out (why a step failed)."""
+        err = b""
+        if self._holder is not None and self._holder.stderr is not None:
+            with contextlib.suppress(TimeoutError):
+                err = await asyncio.wait_for(self._holder.stderr.read(4096), 2)
+        return err.decode(errors="replace").strip()
 
     def disk_full(self) -> bool:
         """Whether the task's disk quota (storage_mb) is used up."""
@@ -701,20 +711,14 @@ class LocalSandbox:
                 await asyncio.to_thread(remove_tree, target)
             target.mkdir(exist_ok=True)
         self._setup_paths |= set(chain)
-        holder = self._holder
-        assert holder is not None and holder.stdin is not None and holder.stdout is not None
+        assert self._holder is not None and self._holder.stdout is not None
+        await self._holder_go()
         line = b""
-        with contextlib.suppress(TimeoutError, ConnectionError):
-            holder.stdin.write(b"go\n")
-            await holder.stdin.drain()
-            line = await asyncio.wait_for(holder.stdout.readline(), 30)
+        with contextlib.suppress(TimeoutError):
+            line = await asyncio.wait_for(self._holder.stdout.readline(), 30)
         if line.strip() != b"pinned":
-            err = b""
-            if holder.stderr is not None:
-                with contextlib.suppress(TimeoutError):
-                    err = await asyncio.wait_for(holder.stderr.read(4096), 2)
             raise SandboxError("cannot pin the sandbox's mount points: "
-                               f"{err.decode(errors='replace').strip() or 'no output'}")
+                               f"{await self._holder_stderr() or 'no output'}")
 
     def host_path(self, sandbox_path: str) -> Path:
         """Where `sandbox_path` is reachable from the host: through the holder's mounts.
