@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from sandlot.sandbox.cgroups import sweep_stale
-from sandlot.sandbox.procutil import CGROUP_JOIN_FAILED, die_with_sandlot
+from sandlot.sandbox.procutil import CGROUP_JOIN_FAILED, die_with_sandlot, in_cgroups
 
 
 def test_a_child_of_a_living_sandlot_runs_its_command() -> None:
@@ -41,6 +41,20 @@ def test_the_child_joins_its_cgroups_before_the_command(tmp_path: Path) -> None:
                          capture_output=True, text=True)
     assert out.returncode == 0
     assert [p.read_text() for p in procs] == [out.stdout] * 2  # the pid that ran the command
+
+
+def test_a_command_in_a_sandbox_joins_its_cgroups_before_it_runs(tmp_path: Path) -> None:
+    """in_cgroups (how a sandbox's commands start: they die with its holder, not by a
+    death signal of their own) joins the cgroups first, or stops the launch."""
+    procs = [tmp_path / "memory.procs", tmp_path / "pids.procs"]
+    out = subprocess.run(in_cgroups(["sh", "-c", "echo $$"], [str(p) for p in procs]),
+                         capture_output=True, text=True)
+    assert out.returncode == 0
+    assert [p.read_text() for p in procs] == [out.stdout] * 2
+    gone = subprocess.run(in_cgroups(["sh", "-c", "echo ran"],
+                                     [str(tmp_path / "gone" / "cgroup.procs")]),
+                          capture_output=True, text=True)
+    assert gone.returncode == CGROUP_JOIN_FAILED and gone.stdout == ""
 
 
 def test_a_cgroup_that_cannot_be_joined_stops_the_launch(tmp_path: Path) -> None:

@@ -57,6 +57,7 @@ from sandlot.sandbox.procutil import (
     CappedReader,
     WatchedProcess,
     die_with_sandlot,
+    in_cgroups,
     spawn,
     wait_exited,
 )
@@ -942,8 +943,7 @@ class LocalSandbox:
                 # Neither this nor the container's PID 1 is in the trial's cgroups: the
                 # agent filling its memory must not get them OOM-killed (that would end
                 # the container, or kill the verifier with them).
-                *die_with_sandlot([*enter, "unshare", "--pid", "--fork", "--kill-child",
-                                   *_OUTER_REAPER]),
+                *enter, "unshare", "--pid", "--fork", "--kill-child", *_OUTER_REAPER,
                 stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
                 stderr=asyncio.subprocess.DEVNULL, env=LAUNCH_ENV, start_new_session=True)
         except OSError as exc:
@@ -960,9 +960,9 @@ class LocalSandbox:
         try:
             with (self.scratch / "container.log").open("wb") as log:
                 self._container = await spawn(
-                    *die_with_sandlot([*enter, "bwrap", "--pidns", str(outer_ns), "--args",
-                                       str(fd), "--seccomp", str(filter_fd), "--as-pid-1",
-                                       "--", *self._pid_one_command()]),
+                    *enter, "bwrap", "--pidns", str(outer_ns), "--args", str(fd),
+                    "--seccomp", str(filter_fd), "--as-pid-1", "--",
+                    *self._pid_one_command(),
                     stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=log,
                     env=LAUNCH_ENV, start_new_session=True,
                     pass_fds=(fd, outer_ns, filter_fd))
@@ -1169,7 +1169,7 @@ class LocalSandbox:
                                mounts, pidns_fd, filter_fd)
         try:
             return await spawn(
-                *die_with_sandlot(full, cgroups.procs_files if cgroups else None),
+                *in_cgroups(full, cgroups.procs_files if cgroups else []),
                 stdin=asyncio.subprocess.PIPE if stdin_pipe else asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
                 limit=stream_limit, env=LAUNCH_ENV, start_new_session=True,

@@ -6,8 +6,9 @@ import asyncio
 import os
 
 #: Runs in the child before the real command: sandlot's pid, the number of cgroup.procs
-#: files, the files, then the command. The death signal is already armed by setpriv; a
-#: child whose parent is no longer that sandlot (it died in between) exits instead.
+#: files, the files, then the command. The death signal (if any) is already armed by
+#: setpriv; a child whose parent is no longer that sandlot (it died in between) exits
+#: instead.
 _LAUNCH_SCRIPT = (
     '[ "$PPID" = "$0" ] || exit 1; n=$1; shift; '
     'while [ "$n" -gt 0 ]; do { echo $$ > "$1"; } 2>/dev/null || '
@@ -29,9 +30,22 @@ def die_with_sandlot(argv: list[str], cgroup_procs: list[str] | None = None) -> 
     a preexec_fn forces a full fork of the sandlot process, which holds the event loop
     ~10 ms per launch (benchmarks/spawn.py).
     """
-    files = list(cgroup_procs or [])
-    return ["setpriv", "--pdeathsig", "SIGKILL", "--", "/bin/sh", "-c", _LAUNCH_SCRIPT,
-            str(os.getpid()), str(len(files)), *files, *argv]
+    return ["setpriv", "--pdeathsig", "SIGKILL", "--", *_checked(argv, cgroup_procs or [])]
+
+
+def in_cgroups(argv: list[str], cgroup_procs: list[str]) -> list[str]:
+    """`argv` prefixed so the child joins the given cgroups (checking first that sandlot
+    still lives), then execs it: `die_with_sandlot` without the death signal.
+
+    Enough for what starts in a sandbox's namespaces, which die with the sandbox's holder
+    (itself launched with the death signal): one process less per command. Without
+    cgroups, `argv` as it is."""
+    return _checked(argv, cgroup_procs) if cgroup_procs else argv
+
+
+def _checked(argv: list[str], cgroup_procs: list[str]) -> list[str]:
+    return ["/bin/sh", "-c", _LAUNCH_SCRIPT, str(os.getpid()), str(len(cgroup_procs)),
+            *cgroup_procs, *argv]
 
 
 async def read_capped(stream: asyncio.StreamReader | None, limit: int) -> tuple[bytes, bool]:
