@@ -374,6 +374,16 @@ def test_an_entrypoint_that_exits_later_ends_the_sandbox_with_its_output(
         run(sandbox.exec(["true"], timeout_sec=30))
 
 
+def test_an_entrypoint_that_exits_at_once_fails_the_start_with_its_output(
+        make_sandbox, tmp_path):
+    env = tmp_path / "entrypoint-env"
+    env.mkdir()
+    (env / "Dockerfile").write_text("FROM debian:bookworm-slim\n"
+                                    "ENTRYPOINT echo no config found; exit 3\n")
+    with pytest.raises(ContainerExited, match=r"ENTRYPOINT .*no config found"):
+        make_sandbox(env)
+
+
 def test_orphans_are_reaped(sandbox, run):
     r = run(sandbox.exec("for i in 1 2 3 4 5; do (sleep 0.1 &); done; "
                          "(sh -c 'sleep 0.1 & sleep 0.2' &); sleep 1; "

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import errno
 import itertools
+import json
 import os
 import shlex
 import shutil
@@ -80,8 +81,6 @@ ETC_HOSTS = ("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
 IDLE_COMMAND = ("/bin/sh", "-c", "while :; do sleep 3600; done")
 #: How long an image's ENTRYPOINT may take to show it runs (see _settle_entrypoint).
 ENTRYPOINT_SETTLE_SEC = 2.0
-#: How long nothing may run in a starting container before its PID 1 counts as exited.
-PID_ONE_GONE_SEC = 0.5
 #: The most layers one overlay mount stacks (the kernel's limit): the image's and one per
 #: cached Dockerfile step.
 MAX_LAYERS = 500
@@ -239,22 +238,43 @@ exec "$setpriv" --reuid="$uid" --regid="$gid" $groups -- "$@"
 """
 
 
-#: PID 1 of a sandbox's PID namespace. bwrap's own child arms its death signal only after
-#: the sandbox's setup, so a sandlot (or an exec's launcher) killed in between left it
-#: running with nothing tied to it. Every exec's bwrap therefore starts inside this
-#: namespace: when its PID 1 exits, the kernel kills everything in it, in any state. It
-#: exits when its stdin closes: a pipe only sandlot holds, which the kernel closes when
-#: sandlot dies by any means (and unshare --kill-child SIGKILLs it too). It must reap what
-#: is reparented to it (an exec's sandbox outliving its launcher for a moment), or the
-#: zombies would count against the trial's pids limit: it runs with SIGCHLD ignored, which
-#: exec keeps, so the kernel reaps every child it adopts the moment that child exits. bash
-#: sets that up (dash's `trap '' CHLD` does not ignore the signal); the reaper itself is
-#: `cat`, ~1 ms of CPU where a Python interpreter took ~10.
-_REAPER = ["bash", "-c", "trap '' CHLD; exec \"$@\"", "sandlot-reaper", "cat"]
+#: What the holder's PID 1 becomes once the sandbox is up: PID 1 of the sandbox's PID
+#: namespace. bwrap's own child arms its death signal only after the sandbox's setup, so
+#: a sandlot (or an exec's launcher) killed in between left it running with nothing tied
+#: to it. Every exec's bwrap therefore starts inside this namespace: when its PID 1 exits,
+#: the kernel kills everything in it, in any state. It exits when its stdin closes: a pipe
+#: only sandlot holds, which the kernel closes when sandlot dies by any means (and unshare
+#: --kill-child SIGKILLs it too). It must reap what is reparented to it (an exec's sandbox
+#: outliving its launcher for a moment), or the zombies would count against the trial's
+#: pids limit: it runs with SIGCHLD ignored, which exec keeps, so the kernel reaps every
+#: child it adopts the moment that child exits. bash sets that up (dash's `trap '' CHLD`
+#: does not ignore the signal); the reaper itself is `cat`, ~1 ms of CPU where a Python
+#: interpreter took ~10.
+_HOLDER_REAPER = "trap '' CHLD; exec cat >/dev/null"
 
-#: PID 1 of the namespace the container's is nested in: reaps what a verifier leaves
-#: behind; it ends when the holder's namespace does.
-_OUTER_REAPER = [*_REAPER[:-1], "sleep", "infinity"]
+#: PID 1 of the namespace the container's is nested in (bash -c, its arguments bwrap's):
+#: starts the container, then reaps what a verifier leaves behind, as _HOLDER_REAPER does;
+#: it ends when the holder's namespace does. `set -m` around the `&`: a shell without job
+#: control starts a background command with SIGINT and SIGQUIT ignored, which the
+#: container's processes would inherit. bwrap's files (its arguments on fd 3, the syscall
+#: filter on 4, its status on 5) are closed before it idles.
+_OUTER_PID_ONE = ('set -m; "$@" & set +m; trap \'\' CHLD; '
+                  "exec sleep infinity >/dev/null 2>&1 3<&- 4<&- 5>&-")
+
+
+def _pid_one_below(parent: int, depth: int, around: int,
+                   running_child: bool = False) -> int | None:
+    """The host pid of a process `depth` generations below `parent` whose PID namespace is
+    not `around` (the first PID 1 of a namespace nested there), with `running_child` only
+    once it runs a child; None if there is none yet."""
+    found = [parent]
+    for _ in range(depth):
+        found = [child for pid in found for child in child_pids(pid)]
+    for pid in found:
+        if os.stat(f"/proc/{pid}/ns/pid").st_ino != around and (
+                not running_child or child_pids(pid)):
+            return pid
+    return None
 
 
 def _running(pid: int) -> bool:
@@ -264,11 +284,6 @@ def _running(pid: int) -> bool:
     except OSError:
         return False
     return stat.rpartition(")")[2].split()[:1] != ["Z"]
-
-
-def _reaper_command() -> str:
-    """The shell words that exec the holder's reaper, its stdout going nowhere."""
-    return shlex.join(_REAPER) + " >/dev/null"
 
 
 def _text_lines(data: bytes | None) -> list[str] | None:
@@ -407,9 +422,7 @@ class LocalSandbox:
         self._egress: asyncio.Future[object] | None = None
         #: The allowlist the filter has now (None: the internet), once _egress is done.
         self._allowed: tuple[str, ...] | None = None
-        #: The container's launcher, and the host pid of its init (PID 1 inside).
-        self._container: WatchedProcess | None = None
-        self._outer: WatchedProcess | None = None
+        #: The host pid of the container's init (PID 1 inside).
         self._init_pid: int | None = None
         #: Host pid of PID 1 of the namespace the container's is nested in (see
         #: _start_container): where a command with mounts of its own runs.
@@ -506,11 +519,9 @@ class LocalSandbox:
             f'mount -t tmpfs -o mode=1777,nosuid,nodev,size={SHM_SIZE} shm "{shm}" '
             "|| exit 98; "
             "ip link set lo up 2>/dev/null; echo ready; "
-            # The mount points are pinned here once sandlot has made them (see
-            # _pin_mount_points); then the holder becomes PID 1 of the sandbox's PID
-            # namespace, where every exec's bwrap starts (see _REAPER).
-            + self._pin_script()
-            + f"exec {_reaper_command()}"
+            # On sandlot's word, once it has made the mount points and the container's
+            # arguments: pin them, start the container, become the reaper.
+            + self._container_script()
         )
         self._cgroups = CgroupLimits.create(
             self.spec.name, self.spec.memory_mb, self.spec.cpus, self.spec.pids_max
@@ -520,7 +531,7 @@ class LocalSandbox:
             # where the execs' bwrap runs (bwrap reads /proc/<its child's pid>).
             *die_with_sandlot(["unshare", "--mount", "--net", "--pid", "--mount-proc",
                                "--kill-child", "--propagation", "private", "--",
-                               "/bin/sh", "-c", script]),
+                               "bash", "-c", script]),
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=LAUNCH_ENV,
         )
@@ -542,7 +553,7 @@ class LocalSandbox:
             raise SandboxError(f"overlay mount failed: {err}")
         try:
             await asyncio.to_thread(self._prepare_root)
-            await self._pin_mount_points()
+            await self._prepare_mount_points()
             await self._start_container()
         except ContainerExited:
             await self.stop()
@@ -685,26 +696,13 @@ class LocalSandbox:
     def _pin_chain(self) -> list[str]:
         return mount_point_chain((*self.spec.mount_points, *self.spec.binds.values()))
 
-    def _pin_script(self) -> str:
-        """The holder's part of _pin_mount_points: on sandlot's word, bind each mount point
-        onto itself, then say `pinned` (no chain: nothing to wait for)."""
+    async def _prepare_mount_points(self) -> None:
+        """Make each mount point (and its parents) a real folder, which the holder then
+        binds onto itself (_container_script) before any command runs: no command can
+        move, remove or replace a mount point with a symlink, and bwrap mounts a
+        verifier's folders exactly there (a symlink on the way would have it mount, or
+        even create folders, elsewhere)."""
         chain = self._pin_chain()
-        if not chain:
-            return ""
-        merged = str(self._merged)
-        binds = "".join(f'mount --bind "{merged}{p}" "{merged}{p}" || exit 93; ' for p in chain)
-        return f"read go || exit 94; {binds}echo pinned; "
-
-    async def _pin_mount_points(self) -> None:
-        """Make each mount point (and its parents) a real folder that is a mount point
-        itself, before any command runs: no command can then move, remove or replace it
-        with a symlink, and bwrap mounts a verifier's folders exactly there (a symlink on
-        the way would have it mount, or even create folders, elsewhere). sandlot makes the
-        folders; the holder, waiting on its stdin, binds them (one process less than an
-        nsenter per sandbox)."""
-        chain = self._pin_chain()
-        if not chain:
-            return
         root = self.host_path("/")
         for path in chain:
             target = root / path.lstrip("/")
@@ -712,14 +710,6 @@ class LocalSandbox:
                 await asyncio.to_thread(remove_tree, target)
             target.mkdir(exist_ok=True)
         self._setup_paths |= set(chain)
-        assert self._holder is not None and self._holder.stdout is not None
-        await self._holder_go()
-        line = b""
-        with contextlib.suppress(TimeoutError):
-            line = await asyncio.wait_for(self._holder.stdout.readline(), 30)
-        if line.strip() != b"pinned":
-            raise SandboxError("cannot pin the sandbox's mount points: "
-                               f"{await self._holder_stderr() or 'no output'}")
 
     def host_path(self, sandbox_path: str) -> Path:
         """Where `sandbox_path` is reachable from the host: through the holder's mounts.
@@ -757,7 +747,7 @@ class LocalSandbox:
         try:
             await asyncio.gather(self._stop_holder(), return_exceptions=True)
             self._holder = None
-            await self._reap_container()
+            self._init_pid = self._outer_pid = None
             if self._cgroups is not None:
                 await asyncio.to_thread(self._cgroups.destroy)
                 self._cgroups = None
@@ -781,20 +771,6 @@ class LocalSandbox:
                 with contextlib.suppress(ProcessLookupError):
                     holder.kill()
                 await wait_exited(holder)
-
-    async def _reap_container(self) -> None:
-        """The container's launchers end with the holder's namespace; reap them."""
-        launchers = (self._container, self._outer)
-        self._container = self._outer = None
-        self._init_pid = self._outer_pid = None
-        for launcher in launchers:
-            if launcher is None or launcher.returncode is not None:
-                continue
-            try:
-                await asyncio.wait_for(wait_exited(launcher), 10)
-            except TimeoutError:
-                kill_child_tree(launcher.pid)
-                await wait_exited(launcher)
 
     def _remove_scratch(self) -> None:
         if self._layer_work is not None:
@@ -923,6 +899,31 @@ class LocalSandbox:
         binds.update({str(host): inside for inside, host in (mounts or {}).items()})
         return binds
 
+    def _container_script(self) -> str:
+        """The holder's part of _start_container: wait for sandlot's `go`, bind each
+        mount point onto itself (see _prepare_mount_points), start the outer namespace
+        whose PID 1 starts the container, say `started`, become the reaper.
+
+        No launcher of sandlot's own: the chain starts where it runs, in the holder's
+        namespaces (nsenter, a shell and setpriv per step, and their wait, saved)."""
+        merged = str(self._merged)
+        binds = "".join(f"mount --bind {shlex.quote(merged + p)} {shlex.quote(merged + p)} "
+                        "|| exit 93; " for p in self._pin_chain())
+        # --mount-proc: bwrap reads /proc/<its child's pid>, so the outer namespace needs
+        # a /proc of its own (in a mount namespace of its own, a copy of the holder's).
+        outer = shlex.join([
+            "unshare", "--pid", "--fork", "--kill-child", "--mount-proc", "--",
+            "bash", "-c", _OUTER_PID_ONE, "sandlot-outer",
+            "bwrap", "--args", "3", "--seccomp", "4", "--json-status-fd", "5",
+            "--as-pid-1", "--",
+            *self._pid_one_command()])
+        files = (f"3<{shlex.quote(str(self.scratch / 'container.args'))} "
+                 f"4<{shlex.quote(str(self._syscall_filter_path()))} "
+                 f"5>{shlex.quote(str(self.scratch / 'container.status'))} </dev/null "
+                 f">{shlex.quote(str(self.scratch / 'container.log'))} 2>&1")
+        return (f"read go || exit 94; {binds}set -m; {outer} {files} & set +m; "
+                f"echo started; {_HOLDER_REAPER}")
+
     async def _start_container(self) -> None:
         """The sandbox's own PID namespace, its PID 1 IDLE_COMMAND, rooted in the sandbox.
 
@@ -933,47 +934,25 @@ class LocalSandbox:
         verifier) runs in the outer namespace: it sees every process of the container, and
         none of them sees it (nor, through /proc/<pid>/root, its mounts). bwrap's
         arguments come from a file (--args): no host path shows in /proc/<pid>/cmdline.
+        Neither namespace's PID 1 is in the trial's cgroups: the agent filling its memory
+        must not get them OOM-killed (that would end the container, or kill the verifier
+        with them).
         """
-        assert self._holder is not None
-        holder = self._holder.pid
-        enter = ["nsenter", f"--pid=/proc/{holder}/ns/pid_for_children",
-                 f"--mount=/proc/{holder}/ns/mnt", f"--net=/proc/{holder}/ns/net"]
-        try:
-            self._outer = await spawn(
-                # Neither this nor the container's PID 1 is in the trial's cgroups: the
-                # agent filling its memory must not get them OOM-killed (that would end
-                # the container, or kill the verifier with them).
-                *enter, "unshare", "--pid", "--fork", "--kill-child", *_OUTER_REAPER,
-                stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
-                stderr=asyncio.subprocess.DEVNULL, env=LAUNCH_ENV, start_new_session=True)
-        except OSError as exc:
-            raise SandboxError(f"cannot start the sandbox's PID namespace: {exc}") from exc
-        self._outer_pid = await self._find_pid_one(self._outer, "the sandbox's PID namespace")
+        assert self._holder is not None and self._holder.stdout is not None
         args = [*self._mount_args(self._binds()), "--unshare-pid", "--unshare-ipc",
                 "--unshare-uts", "--unshare-cgroup-try", "--hostname", "sandbox",
                 *self._process_args(self._env(None), self.spec.workdir)]
-        args_file = self.scratch / "container.args"
-        args_file.write_bytes(b"".join(a.encode() + b"\0" for a in args))
-        filter_fd = self._open_syscall_filter()
-        fd = os.open(args_file, os.O_RDONLY)
-        outer_ns = os.open(f"/proc/{self._outer_pid}/ns/pid", os.O_RDONLY)
-        try:
-            with (self.scratch / "container.log").open("wb") as log:
-                self._container = await spawn(
-                    *enter, "bwrap", "--pidns", str(outer_ns), "--args", str(fd),
-                    "--seccomp", str(filter_fd), "--as-pid-1", "--",
-                    *self._pid_one_command(),
-                    stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=log,
-                    env=LAUNCH_ENV, start_new_session=True,
-                    pass_fds=(fd, outer_ns, filter_fd))
-        except OSError as exc:
-            raise SandboxError(f"cannot start the sandbox's container: {exc}") from exc
-        finally:
-            os.close(fd)
-            os.close(outer_ns)
-            os.close(filter_fd)
-        self._init_pid = await self._find_pid_one(self._container, "the sandbox's container",
-                                                  running_child=not self.spec.entrypoint)
+        (self.scratch / "container.args").write_bytes(
+            b"".join(a.encode() + b"\0" for a in args))
+        self._syscall_filter_path()
+        await self._holder_go()
+        line = b""
+        with contextlib.suppress(TimeoutError):
+            line = await asyncio.wait_for(self._holder.stdout.readline(), 30)
+        if line.strip() != b"started":
+            raise SandboxError("cannot pin the sandbox's mount points or start its "
+                               f"container: {await self._holder_stderr() or 'no output'}")
+        await self._find_container()
         if self.spec.entrypoint:
             await self._settle_entrypoint()
 
@@ -993,7 +972,7 @@ class LocalSandbox:
         """Give the ENTRYPOINT a moment: one that fails at once (a missing script, a bad
         argument) ends the sandbox here, with its output, not at the agent's first command.
         It is settled once PID 1 runs a child (IDLE_COMMAND's sleep, or a service)."""
-        assert self._container is not None and self._init_pid is not None
+        assert self._init_pid is not None
         deadline = time.monotonic() + ENTRYPOINT_SETTLE_SEC
         while time.monotonic() < deadline and self._container_alive():
             if child_pids(self._init_pid):
@@ -1018,73 +997,55 @@ class LocalSandbox:
                 + f" ({self._gone_detail()})")
 
     def _gone_detail(self) -> str:
-        """Which of the container's processes ended, with their exit codes: what tells a
-        PID 1 that exited from one that was killed (-9) or a launcher that returned."""
-        def code(proc: asyncio.subprocess.Process | None) -> str:
-            return "none" if proc is None else (
-                "running" if proc.returncode is None else f"exited {proc.returncode}")
-        init = ("none" if self._init_pid is None
-                else "running" if _running(self._init_pid) else "gone")
-        return (f"launcher {code(self._container)}, outer reaper {code(self._outer)}, "
-                f"holder {code(self._holder)}, PID 1 {init}")
+        """Which of the container's processes ended, and how PID 1 did (bwrap's status
+        file): what tells a PID 1 that exited from one that was killed (128 + 9)."""
+        def alive(pid: int | None) -> str:
+            return "none" if pid is None else "running" if _running(pid) else "gone"
+        holder = ("none" if self._holder is None else "running"
+                  if self._holder.returncode is None else f"exited {self._holder.returncode}")
+        init = alive(self._init_pid)
+        with contextlib.suppress(OSError, ValueError):
+            for line in (self.scratch / "container.status").read_text().splitlines():
+                if "exit-code" in line:
+                    init = f"exited {json.loads(line)['exit-code']}"
+        return f"holder {holder}, outer reaper {alive(self._outer_pid)}, PID 1 {init}"
 
-    async def _find_pid_one(self, launcher: WatchedProcess, what: str,
-                            running_child: bool = False) -> int:
-        """Host pid of the PID 1 that `launcher` starts, a namespace below the one it
-        enters: the outer reaper (nsenter -> unshare -> reaper), or the container's init,
-        adopted by that reaper once bwrap's middle process exits, with `running_child`
-        once it runs a child (IDLE_COMMAND's sleep: the sandbox's mounts are in place)."""
-        parent = launcher.pid if self._outer_pid is None else self._outer_pid
-        depth = 2 if self._outer_pid is None else 1
-        around = os.stat(f"/proc/{launcher.pid}/ns/pid_for_children").st_ino
+    async def _find_container(self) -> None:
+        """Host pids of the two PID 1s the holder started: the outer namespace's (holder
+        -> its PID 1 -> unshare -> it), then the container's (-> bwrap -> it) once it runs
+        a child (IDLE_COMMAND's sleep: the sandbox's mounts are in place) or, with an
+        ENTRYPOINT, once it is there. bwrap exits with the container's PID 1, so an outer
+        PID 1 that idles with no child means the container is gone."""
+        assert self._holder is not None
+        holder = self._holder
+        around = os.stat(f"/proc/{holder.pid}/ns/pid_for_children").st_ino
         deadline = time.monotonic() + 30
         # A PID 1 shows within a few ms: look every ms until then (a look reads two or
         # three /proc files), every 5 ms after.
         look_often_until = time.monotonic() + 0.05
-        quiet_since: float | None = None
-        bwrap_since: float | None = None
-        forked = False
-        watch_exit = launcher is self._container and bool(self.spec.entrypoint)
-        while time.monotonic() < deadline and launcher.returncode is None:
+        while time.monotonic() < deadline and holder.returncode is None:
             with contextlib.suppress(OSError):
+                if self._outer_pid is None:
+                    self._outer_pid = _pid_one_below(holder.pid, 3, around)
                 if self._outer_pid is not None:
-                    around = os.stat(f"/proc/{self._outer_pid}/ns/pid").st_ino
-                found = [parent]
-                for _ in range(depth):
-                    found = [child for pid in found for child in child_pids(pid)]
-                for pid in found:
-                    if os.stat(f"/proc/{pid}/ns/pid").st_ino != around and (
-                            not running_child or child_pids(pid)):
-                        return pid
-                # An ENTRYPOINT that exits at once can leave bwrap waiting for it for ever
-                # (with --pidns, PID 1 is not bwrap's child): once bwrap has forked (or
-                # has had long enough to) and nothing runs below it or the reaper, the
-                # container is gone.
-                if watch_exit and self._outer_pid is not None:
-                    now = time.monotonic()
-                    bwraps = child_pids(launcher.pid)
-                    forking = any(child_pids(b) for b in bwraps)
-                    forked = forked or forking
-                    bwrap_since = bwrap_since or (now if bwraps else None)
-                    if bwraps and not found and not forking:
-                        quiet_since = quiet_since or now
-                        if ((forked and now - quiet_since > PID_ONE_GONE_SEC)
-                                or (bwrap_since and now - bwrap_since > 10 * PID_ONE_GONE_SEC)):
-                            break
-                    else:
-                        quiet_since = None
+                    outer_ns = os.stat(f"/proc/{self._outer_pid}/ns/pid").st_ino
+                    init = _pid_one_below(self._outer_pid, 2, outer_ns,
+                                          running_child=not self.spec.entrypoint)
+                    if init is not None:
+                        self._init_pid = init
+                        return
+                    if (Path(f"/proc/{self._outer_pid}/comm").read_text().strip() == "sleep"
+                            and not child_pids(self._outer_pid)):
+                        break  # bwrap has come and gone
             await asyncio.sleep(0.001 if time.monotonic() < look_often_until else 0.005)
-        log = ""
-        if launcher is self._container:
-            if self.spec.entrypoint and (launcher.returncode is not None or quiet_since):
-                raise ContainerExited(self._gone_message())
-            log = self._container_log()
-        raise SandboxError(f"{what} did not start: {log or 'no output'}")
+        if self.spec.entrypoint and self._outer_pid is not None:
+            raise ContainerExited(self._gone_message())
+        raise SandboxError(f"the sandbox's container did not start: "
+                           f"{self._container_log() or 'no output'}")
 
     def _container_alive(self) -> bool:
-        # The launchers' return codes lag (asyncio's child watcher): PID 1 is asked too.
-        return (self._container is not None and self._container.returncode is None
-                and self._outer is not None and self._outer.returncode is None
+        return (self._holder is not None and self._holder.returncode is None
+                and self._outer_pid is not None and _running(self._outer_pid)
                 and self._init_pid is not None and _running(self._init_pid))
 
     # -- exec ------------------------------------------------------------------------------
@@ -1181,13 +1142,17 @@ class LocalSandbox:
             os.close(pidns_fd)
             os.close(filter_fd)
 
-    def _open_syscall_filter(self) -> int:
-        """A fresh descriptor of the sandbox's syscall filter (seccomp.py) for one bwrap,
-        which reads it from the start."""
+    def _syscall_filter_path(self) -> Path:
+        """The sandbox's syscall filter (seccomp.py), written on first use."""
         path = self.scratch / "seccomp.bpf"
         if not path.exists():
             write_sandbox_filter(path)  # NoSyscallFilter is a SandboxError
-        return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        return path
+
+    def _open_syscall_filter(self) -> int:
+        """A fresh descriptor of the sandbox's syscall filter for one bwrap, which reads it
+        from the start."""
+        return os.open(self._syscall_filter_path(), os.O_RDONLY | os.O_CLOEXEC)
 
     @override
     async def exec(
