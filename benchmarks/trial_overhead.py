@@ -4,8 +4,10 @@ Generates N trivial Harbor tasks (solve.sh writes one file, test.sh checks it), 
 CLI on them once per concurrency (`-n 1` and `-n 8` by default), and reads every trial's
 result.json. A trial's overhead is `timing.total - script_time_sec`: everything sandlot did
 around the task's own solve.sh and test.sh (overlay, holder process, network, copies, result
-files, teardown). The floor is measured in the same run on the same machine: a loop of bare
-`bwrap ... true` calls and of `bash -c true` spawns.
+files, teardown). The floors are measured in the same run on the same machine: a loop of bare
+`bwrap ... true` calls and of `bash -c true` spawns, and the kernel work of one sandbox's
+whole lifecycle done by the bare tools (LIFECYCLE_HOLDER), without and with network: what
+the local backend's isolation costs before any harness.
 
 Speed is reported as ratios against those baselines, never as timed assertions: absolute
 seconds depend on the machine, the ratios say where the time goes.
@@ -48,7 +50,21 @@ FLOOR_LABELS = {
     "bwrap_pid_net": "bwrap --unshare-pid --unshare-net true",
     "bwrap_pid": "bwrap --unshare-pid true",
     "bash_true": "bash -c true (process spawn)",
+    "lifecycle": "a sandbox's kernel work, bare tools",
+    "lifecycle_net": "  the same, with egress filter and slirp",
 }
+#: What any sandbox with the local backend's isolation costs the kernel, done by the bare
+#: tools with nothing around them: a holder (mount, network and PID namespaces, /proc) that
+#: mounts an overlay of / and a tmpfs and brings lo up, a container's bwrap (PID, IPC, UTS
+#: namespaces, /dev, /proc) on that root, the holder stopped, the scratch removed; with
+#: network, also the egress filter (sandlot's own nft ruleset, through nsenter) and
+#: slirp4netns started and stopped. The task's two commands are not in it: a trial's
+#: script time holds their launches.
+LIFECYCLE_HOLDER = (
+    'mount -t overlay overlay -o "lowerdir=/,upperdir=$0/upper,workdir=$0/work" "$0/merged" '
+    '&& mount -t tmpfs -o mode=1777,size=64m shm "$0/shm" && ip link set lo up '
+    '&& bwrap --bind "$0/merged" / --dev /dev --proc /proc --unshare-pid --unshare-ipc '
+    '--unshare-uts --as-pid-1 -- true && echo ready && exec cat')
 #: The headline floor: the issue's bare `bwrap true` (every floor gets a ratio).
 REFERENCE_FLOOR = "bwrap_pid_net"
 
@@ -151,6 +167,54 @@ def time_loop(argv: list[str], runs: int) -> Floor:
     return Floor(command=shlex.join(argv), runs=runs, per_call_sec=Stats.of(durations))
 
 
+def lifecycle_once(scratch_base: Path, network: bool) -> float:
+    """Seconds of one sandbox lifecycle done by the bare tools (LIFECYCLE_HOLDER)."""
+    from sandlot.sandbox import egress  # sandlot's own ruleset, as a sandbox installs it
+
+    started = time.perf_counter()
+    scratch = Path(tempfile.mkdtemp(dir=scratch_base))
+    for folder in ("upper", "work", "merged", "shm"):
+        (scratch / folder).mkdir()
+    holder = subprocess.Popen(
+        ["unshare", "--mount", "--net", "--pid", "--fork", "--kill-child", "--mount-proc",
+         "--propagation", "private", "bash", "-c", LIFECYCLE_HOLDER, str(scratch)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert holder.stdin is not None and holder.stdout is not None
+    slirp = None
+    try:
+        if holder.stdout.readline() != b"ready\n":
+            raise SystemExit("the bare sandbox floor did not start (overlay, tmpfs, ip, bwrap)")
+        pid = int(Path(f"/proc/{holder.pid}/task/{holder.pid}/children").read_text().split()[0])
+        if network:
+            rules = egress.ruleset(egress.policy_for(pid, ["10.0.2.3"]))
+            subprocess.run(["nsenter", f"--net=/proc/{pid}/ns/net", "nft", "-f", "-"],
+                           input=rules.encode(), check=True)
+            ready, ready_w = os.pipe()
+            slirp = subprocess.Popen(
+                ["slirp4netns", "--configure", "--mtu=65520", "--disable-host-loopback",
+                 f"--ready-fd={ready_w}", str(pid), "tap0"], pass_fds=(ready_w,),
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            os.close(ready_w)
+            os.read(ready, 1)
+            os.close(ready)
+    finally:
+        if slirp is not None:
+            slirp.kill()
+        holder.stdin.close()
+        holder.wait()
+        if slirp is not None:
+            slirp.wait()
+    shutil.rmtree(scratch)  # the overlay went with the holder's mount namespace
+    return time.perf_counter() - started
+
+
+def time_lifecycle(scratch_base: Path, runs: int, network: bool) -> Floor:
+    lifecycle_once(scratch_base, network)  # warm the page cache; not counted
+    durations = [lifecycle_once(scratch_base, network) for _ in range(runs)]
+    label = "sandbox lifecycle, bare tools" + (", with network" if network else "")
+    return Floor(command=label, runs=runs, per_call_sec=Stats.of(durations))
+
+
 def parallel_rate(argv: list[str], loops: int, runs: int) -> float:
     """Calls per second of `loops` loops of `argv` run side by side, `runs` calls in all:
     how far the floor itself scales with concurrency on this machine (a network namespace
@@ -168,11 +232,15 @@ def parallel_rate(argv: list[str], loops: int, runs: int) -> float:
     return per_loop * loops / (time.perf_counter() - started)
 
 
-def measure_floors(runs: int) -> dict[str, Floor]:
-    missing = [tool for tool in ("bwrap", "bash") if shutil.which(tool) is None]
+def measure_floors(runs: int, scratch_base: Path) -> dict[str, Floor]:
+    missing = [tool for tool in ("bwrap", "bash", "slirp4netns", "nft")
+               if shutil.which(tool) is None]
     if missing:
-        raise SystemExit(f"missing {', '.join(missing)}: apt-get install -y bubblewrap")
-    return {name: time_loop(argv, runs) for name, argv in FLOORS.items()}
+        raise SystemExit(f"missing {', '.join(missing)}: see the README's requirements")
+    floors = {name: time_loop(argv, runs) for name, argv in FLOORS.items()}
+    floors["lifecycle"] = time_lifecycle(scratch_base, runs, network=False)
+    floors["lifecycle_net"] = time_lifecycle(scratch_base, runs, network=True)
+    return floors
 
 
 # -- the jobs ------------------------------------------------------------------------------
@@ -333,7 +401,9 @@ def print_table(meta: dict[str, object], floors: dict[str, Floor], jobs: list[Jo
     p()
     p("overhead = timing.total - script_time_sec. script_time_sec is how long sandlot timed\n"
       "the solve.sh and test.sh execs, launch of their nsenter+bwrap included, so the\n"
-      "overhead is a lower bound on what the harness adds around the task's scripts.")
+      "overhead is a lower bound on what the harness adds around the task's scripts.\n"
+      "lifecycle: the same namespaces, mounts, container, egress filter and slirp4netns a\n"
+      "sandbox needs, done once by the bare tools (no harness): the isolation's own cost.")
 
 
 # -- main ----------------------------------------------------------------------------------
@@ -373,8 +443,9 @@ def main(argv: list[str] | None = None) -> int:
             warm = write_tasks(tmp / "warmup-tasks", min(2, args.n_tasks))
             run_job(warm, jobs_dir, cache_dir, 1, "warmup")
         floor_runs = args.floor_runs or args.n_tasks
-        print(f"floor: {floor_runs} calls each of {', '.join(FLOORS)}...", file=log)
-        floors = measure_floors(floor_runs)
+        print(f"floor: {floor_runs} calls each of {', '.join(FLOOR_LABELS)}...", file=log)
+        (tmp / "floor").mkdir()
+        floors = measure_floors(floor_runs, tmp / "floor")
         jobs = []
         for c in args.concurrency:
             print(f"sandlot run -n {c} on {args.n_tasks} tasks...", file=log)
