@@ -970,6 +970,36 @@ def test_local_storage_mb_is_a_disk_quota(backend, make_sandbox, run, tmp_path, 
     assert str(image) not in attached, attached
 
 
+#: Writes 24 MB through every descriptor of another process that names a file (not a
+#: pipe, a device or a socket), as an agent, or code the verifier runs, could.
+WRITE_THROUGH_OTHERS_FDS = r"""
+for fd in /proc/[0-9]*/fd/[0-9]*; do
+    case "$fd" in /proc/$$/*|/proc/self/*) continue;; esac
+    target=$(readlink "$fd" 2>/dev/null) || continue
+    case "$target" in /dev/*|pipe:*|socket:*|anon_inode:*|pid:*|"") continue;; esac
+    echo "$fd -> $target"
+    dd if=/dev/zero of="$fd" bs=1M count=24 conv=notrunc oflag=append status=none || true
+done
+"""
+
+
+def test_local_what_other_processes_hold_open_cannot_grow_the_hosts_disk(
+        backend, make_sandbox, run, tmp_path):
+    """The container's PID 1 and bwrap keep descriptors of files (their output, bwrap's
+    status): neither the agent nor the verifier writes past the sandbox's disk through
+    them (they are on a small tmpfs of the holder's, never on the host's disk)."""
+    local_only(backend)
+    box = make_sandbox(storage_mb=32, mount_points=("/tests",))
+    assert isinstance(box, LocalSandbox)
+    tests = tmp_path / "tests"
+    tests.mkdir()
+    for mounts in (None, {"/tests": tests}):
+        run(box.exec(WRITE_THROUGH_OTHERS_FDS, mounts=mounts, timeout_sec=120))
+    used = subprocess.run(["du", "-s", "--block-size=1M", "--one-file-system",
+                           str(box.scratch)], capture_output=True, text=True)
+    assert int(used.stdout.split()[0]) < 16, used.stdout
+
+
 def test_orphans_of_a_command_with_mounts_are_reaped(make_sandbox, run, tmp_path):
     """A verifier's command runs apart from the container (see `exec`'s mounts); what it
     leaves behind is adopted there and must be reaped too, or the zombies would count

@@ -86,6 +86,11 @@ ENTRYPOINT_SETTLE_SEC = 2.0
 MAX_LAYERS = 500
 #: /dev/shm's size, Docker's default.
 SHM_SIZE = "64m"
+#: How much of the container's PID 1 output (an ENTRYPOINT's services) is kept. It lives on
+#: a tmpfs of the holder's, never on the host's disk: any process inside can write to it
+#: through /proc/1/fd/1, so a file there would let the agent fill the host's disk past
+#: its quota.
+CONTAINER_LOG_SIZE = "8m"
 #: How long a command's output is still read after it exited while a process it left
 #: running holds its stdout or stderr open.
 OUTPUT_GRACE_SEC = 0.25
@@ -513,11 +518,14 @@ class LocalSandbox:
                                "or join RUN steps)")
         shm = self.scratch / "shm"
         shm.mkdir(exist_ok=True)
+        (self.scratch / "logs").mkdir(exist_ok=True)
         script += (
             f'mount -t overlay overlay -o "{opts}" "{self._merged}" || exit 97; '
             # One /dev/shm for the whole sandbox, as a container has (Docker's 64 MB).
             f'mount -t tmpfs -o mode=1777,nosuid,nodev,size={SHM_SIZE} shm "{shm}" '
             "|| exit 98; "
+            f"mount -t tmpfs -o mode=0700,nosuid,nodev,noexec,size={CONTAINER_LOG_SIZE} "
+            f"logs {shlex.quote(str(self._container_log_path().parent))} || exit 98; "
             "ip link set lo up 2>/dev/null; echo ready; "
             # On sandlot's word, once it has made the mount points and the container's
             # arguments: pin them, start the container, become the reaper.
@@ -919,8 +927,9 @@ class LocalSandbox:
             *self._pid_one_command()])
         files = (f"3<{shlex.quote(str(self.scratch / 'container.args'))} "
                  f"4<{shlex.quote(str(self._syscall_filter_path()))} "
-                 f"5>{shlex.quote(str(self.scratch / 'container.status'))} </dev/null "
-                 f">{shlex.quote(str(self.scratch / 'container.log'))} 2>&1")
+                 f"5>{shlex.quote(str(self._container_log_path().with_name('status')))} "
+                 "</dev/null "
+                 f">{shlex.quote(str(self._container_log_path()))} 2>&1")
         return (f"read go || exit 94; {binds}set -m; {outer} {files} & set +m; "
                 f"echo started; {_HOLDER_REAPER}")
 
@@ -981,10 +990,24 @@ class LocalSandbox:
         if not self._container_alive():
             raise ContainerExited(self._gone_message())
 
+    def _container_log_path(self) -> Path:
+        """Where the container's PID 1 writes, in the holder's mount namespace (see
+        CONTAINER_LOG_SIZE); bwrap's status file (its exit code) is beside it: the
+        verifier sees bwrap's process and could write through its descriptors too."""
+        return self.scratch / "logs" / "container.log"
+
+    def _in_holder(self, path: Path) -> Path:
+        """`path` as the holder's mount namespace has it (nothing once it is gone)."""
+        holder = self._holder.pid if self._holder is not None else 0
+        return Path(f"/proc/{holder}/root") / str(path).lstrip("/")
+
     def _container_log(self) -> str:
-        """The end of what the container's PID 1 wrote (its stdout and stderr)."""
+        """The end of what the container's PID 1 wrote (its stdout and stderr), read
+        through the holder while it lives."""
         try:
-            return (self.scratch / "container.log").read_text(errors="replace")[-2000:].strip()
+            with self._in_holder(self._container_log_path()).open("rb") as file:
+                file.seek(max(0, file.seek(0, os.SEEK_END) - 2000))
+                return file.read().decode(errors="replace").strip()
         except OSError:
             return ""
 
@@ -1004,8 +1027,9 @@ class LocalSandbox:
         holder = ("none" if self._holder is None else "running"
                   if self._holder.returncode is None else f"exited {self._holder.returncode}")
         init = alive(self._init_pid)
-        with contextlib.suppress(OSError, ValueError):
-            for line in (self.scratch / "container.status").read_text().splitlines():
+        with contextlib.suppress(OSError, ValueError, KeyError):
+            for line in self._in_holder(self._container_log_path().with_name("status")) \
+                    .read_text().splitlines():
                 if "exit-code" in line:
                     init = f"exited {json.loads(line)['exit-code']}"
         return f"holder {holder}, outer reaper {alive(self._outer_pid)}, PID 1 {init}"
