@@ -88,8 +88,8 @@ MAX_LAYERS = 500
 SHM_SIZE = "64m"
 #: How much of the container's PID 1 output (an ENTRYPOINT's services) is kept. It lives on
 #: a tmpfs of the holder's, never on the host's disk: any process inside can write to it
-#: through /proc/1/fd/1, so a file there would let the agent fill the host's disk past
-#: its quota.
+#: through /proc/1/fd/1 (and code the verifier runs, through bwrap's descriptors), so a
+#: file there would let the agent fill the host's disk past its quota.
 CONTAINER_LOG_SIZE = "8m"
 #: How long a command's output is still read after it exited while a process it left
 #: running holds its stdout or stderr open.
@@ -415,6 +415,12 @@ class LocalSandbox:
         self._upper = upper_dir or scratch_dir / "upper"
         self._keep_upper = upper_dir is not None
         self._merged = scratch_dir / "merged"
+        #: bwrap's arguments for the container, and the sandbox's syscall filter.
+        self._container_args = scratch_dir / "container.args"
+        self._syscall_filter = scratch_dir / "seccomp.bpf"
+        #: Mounted as a small tmpfs in the holder's namespace (CONTAINER_LOG_SIZE): the
+        #: container's PID 1 output (container.log) and bwrap's exit status (status).
+        self._logs = scratch_dir / "logs"
         self._holder: WatchedProcess | None = None
         self._slirp: WatchedProcess | None = None
         self._net_lock = asyncio.Lock()
@@ -518,14 +524,14 @@ class LocalSandbox:
                                "or join RUN steps)")
         shm = self.scratch / "shm"
         shm.mkdir(exist_ok=True)
-        (self.scratch / "logs").mkdir(exist_ok=True)
+        self._logs.mkdir(exist_ok=True)
         script += (
             f'mount -t overlay overlay -o "{opts}" "{self._merged}" || exit 97; '
             # One /dev/shm for the whole sandbox, as a container has (Docker's 64 MB).
             f'mount -t tmpfs -o mode=1777,nosuid,nodev,size={SHM_SIZE} shm "{shm}" '
             "|| exit 98; "
             f"mount -t tmpfs -o mode=0700,nosuid,nodev,noexec,size={CONTAINER_LOG_SIZE} "
-            f"logs {shlex.quote(str(self._container_log_path().parent))} || exit 98; "
+            f"logs {shlex.quote(str(self._logs))} || exit 98; "
             "ip link set lo up 2>/dev/null; echo ready; "
             # On sandlot's word, once it has made the mount points and the container's
             # arguments: pin them, start the container, become the reaper.
@@ -636,8 +642,7 @@ class LocalSandbox:
         """Write the masks into the upper on the holder's disk, then let it go on."""
         assert self._holder is not None and self._holder.stdin is not None
         assert self._disk is not None
-        self._upper = Path(f"/proc/{self._holder.pid}/root") / str(
-            self._disk / "upper").lstrip("/")
+        self._upper = self._in_holder(self._disk / "upper")
         try:
             await asyncio.to_thread(_mask_layer, self._upper, hide, hide_files)
             self._setup_paths |= await asyncio.to_thread(
@@ -666,7 +671,7 @@ class LocalSandbox:
         if self._disk is None or self._holder is None or self._holder.returncode is not None:
             return False
         try:
-            st = os.statvfs(Path(f"/proc/{self._holder.pid}/root") / str(self._disk).lstrip("/"))
+            st = os.statvfs(self._in_holder(self._disk))
         except OSError:
             return False
         return st.f_bavail * st.f_frsize < 1024 * 1024 or st.f_favail == 0
@@ -727,8 +732,7 @@ class LocalSandbox:
         """
         if self._holder is None:
             raise SandboxError("sandbox not started")
-        root = Path(f"/proc/{self._holder.pid}/root") / str(self._merged).lstrip("/")
-        return resolve_inside(root, sandbox_path)
+        return resolve_inside(self._in_holder(self._merged), sandbox_path)
 
     @override
     async def stop(self) -> None:
@@ -925,11 +929,10 @@ class LocalSandbox:
             "bwrap", "--args", "3", "--seccomp", "4", "--json-status-fd", "5",
             "--as-pid-1", "--",
             *self._pid_one_command()])
-        files = (f"3<{shlex.quote(str(self.scratch / 'container.args'))} "
-                 f"4<{shlex.quote(str(self._syscall_filter_path()))} "
-                 f"5>{shlex.quote(str(self._container_log_path().with_name('status')))} "
-                 "</dev/null "
-                 f">{shlex.quote(str(self._container_log_path()))} 2>&1")
+        files = (f"3<{shlex.quote(str(self._container_args))} "
+                 f"4<{shlex.quote(str(self._syscall_filter))} "
+                 f"5>{shlex.quote(str(self._logs / 'status'))} </dev/null "
+                 f">{shlex.quote(str(self._logs / 'container.log'))} 2>&1")
         return (f"read go || exit 94; {binds}set -m; {outer} {files} & set +m; "
                 f"echo started; {_HOLDER_REAPER}")
 
@@ -951,9 +954,8 @@ class LocalSandbox:
         args = [*self._mount_args(self._binds()), "--unshare-pid", "--unshare-ipc",
                 "--unshare-uts", "--unshare-cgroup-try", "--hostname", "sandbox",
                 *self._process_args(self._env(None), self.spec.workdir)]
-        (self.scratch / "container.args").write_bytes(
-            b"".join(a.encode() + b"\0" for a in args))
-        self._syscall_filter_path()
+        self._container_args.write_bytes(b"".join(a.encode() + b"\0" for a in args))
+        self._write_syscall_filter()
         await self._holder_go()
         line = b""
         with contextlib.suppress(TimeoutError):
@@ -990,12 +992,6 @@ class LocalSandbox:
         if not self._container_alive():
             raise ContainerExited(self._gone_message())
 
-    def _container_log_path(self) -> Path:
-        """Where the container's PID 1 writes, in the holder's mount namespace (see
-        CONTAINER_LOG_SIZE); bwrap's status file (its exit code) is beside it: the
-        verifier sees bwrap's process and could write through its descriptors too."""
-        return self.scratch / "logs" / "container.log"
-
     def _in_holder(self, path: Path) -> Path:
         """`path` as the holder's mount namespace has it (nothing once it is gone)."""
         holder = self._holder.pid if self._holder is not None else 0
@@ -1005,7 +1001,7 @@ class LocalSandbox:
         """The end of what the container's PID 1 wrote (its stdout and stderr), read
         through the holder while it lives."""
         try:
-            with self._in_holder(self._container_log_path()).open("rb") as file:
+            with self._in_holder(self._logs / "container.log").open("rb") as file:
                 file.seek(max(0, file.seek(0, os.SEEK_END) - 2000))
                 return file.read().decode(errors="replace").strip()
         except OSError:
@@ -1028,8 +1024,7 @@ class LocalSandbox:
                   if self._holder.returncode is None else f"exited {self._holder.returncode}")
         init = alive(self._init_pid)
         with contextlib.suppress(OSError, ValueError, KeyError):
-            for line in self._in_holder(self._container_log_path().with_name("status")) \
-                    .read_text().splitlines():
+            for line in self._in_holder(self._logs / "status").read_text().splitlines():
                 if "exit-code" in line:
                     init = f"exited {json.loads(line)['exit-code']}"
         return f"holder {holder}, outer reaper {alive(self._outer_pid)}, PID 1 {init}"
@@ -1166,17 +1161,16 @@ class LocalSandbox:
             os.close(pidns_fd)
             os.close(filter_fd)
 
-    def _syscall_filter_path(self) -> Path:
+    def _write_syscall_filter(self) -> None:
         """The sandbox's syscall filter (seccomp.py), written on first use."""
-        path = self.scratch / "seccomp.bpf"
-        if not path.exists():
-            write_sandbox_filter(path)  # NoSyscallFilter is a SandboxError
-        return path
+        if not self._syscall_filter.exists():
+            write_sandbox_filter(self._syscall_filter)  # NoSyscallFilter is a SandboxError
 
     def _open_syscall_filter(self) -> int:
         """A fresh descriptor of the sandbox's syscall filter for one bwrap, which reads it
         from the start."""
-        return os.open(self._syscall_filter_path(), os.O_RDONLY | os.O_CLOEXEC)
+        self._write_syscall_filter()
+        return os.open(self._syscall_filter, os.O_RDONLY | os.O_CLOEXEC)
 
     @override
     async def exec(
@@ -1284,7 +1278,7 @@ class LocalSandbox:
                 return [self._base_view]
             if self._holder is None:
                 raise SandboxError("sandbox not started")
-            return [Path(f"/proc/{self._holder.pid}/root") / str(self._base_view).lstrip("/")]
+            return [self._in_holder(self._base_view)]
         layer = getattr(self, "_layer", None)
         return [layer, Path("/")] if layer is not None else [Path("/")]
 
