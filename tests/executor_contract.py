@@ -1,18 +1,19 @@
 """The executor contract: what every TrialExecutor must do (sandlot.executors.base).
 
 A test class for an implementation subclasses ExecutorContract and provides the fixture
-`make_executor(slots) -> TrialExecutor`, an executor whose trials run the oracle (the
-task's solution/solve.sh) on a real sandbox. Every test submits real trials and goes
-through the four calls of the interface only, so the local pool and a cluster executor
-run the very same tests.
+`make_executor(slots) -> TrialExecutor` (or an awaitable of one), an executor whose
+trials run the oracle (the task's solution/solve.sh) on a real sandbox. Every test
+submits real trials and goes through the four calls of the interface only, so the local
+pool and a cluster executor run the very same tests.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import os
 import secrets
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,7 @@ from sandlot.models import TrialResult
 from sandlot.tasks.loader import load_task
 from sandlot.trial import TrialPlan
 
-MakeExecutor = Callable[[int], TrialExecutor]
+MakeExecutor = Callable[[int], TrialExecutor | Awaitable[TrialExecutor]]
 
 #: How long a trial that is to be cancelled runs at most (it never gets there).
 LONG_SEC = 300
@@ -35,6 +36,12 @@ LONG_SEC = 300
 
 def run(body: Coroutine[Any, Any, None]) -> None:
     asyncio.run(body)
+
+
+async def made(make_executor: MakeExecutor, slots: int) -> TrialExecutor:
+    """The executor `make_executor` gives, awaited if it starts asynchronously."""
+    executor = make_executor(slots)
+    return await executor if inspect.isawaitable(executor) else executor
 
 
 class Starts:
@@ -102,7 +109,7 @@ class ExecutorContract:
         starts = Starts()
 
         async def body() -> None:
-            executor = make_executor(1)
+            executor = await made(make_executor, 1)
             try:
                 ticket = executor.submit(TrialRequest(trial, 1, starts.hook("solved")))
                 result = await executor.result(ticket)
@@ -124,7 +131,7 @@ class ExecutorContract:
         trial = plan("no-reward", test_sh="exit 3\n")
 
         async def body() -> None:
-            executor = make_executor(1)
+            executor = await made(make_executor, 1)
             try:
                 result = await executor.result(executor.submit(TrialRequest(trial)))
             finally:
@@ -142,7 +149,7 @@ class ExecutorContract:
         starts = Starts()
 
         async def body() -> None:
-            executor = make_executor(2)
+            executor = await made(make_executor, 2)
             try:
                 assert executor.slots == 2
                 tickets = [executor.submit(TrialRequest(t, 1, starts.hook(t.name)))
@@ -168,7 +175,7 @@ class ExecutorContract:
         starts = Starts()
 
         async def body() -> None:
-            executor = make_executor(1)
+            executor = await made(make_executor, 1)
             try:
                 tickets = [executor.submit(TrialRequest(t, 1, starts.hook(t.name)))
                            for t in trials]
@@ -187,7 +194,7 @@ class ExecutorContract:
         starts = Starts()
 
         async def body() -> None:
-            executor = make_executor(1)
+            executor = await made(make_executor, 1)
             try:
                 ticket = executor.submit(TrialRequest(trial, 1,
                                                       starts.hook("declined", allow=False)))
@@ -208,7 +215,7 @@ class ExecutorContract:
         starts = Starts()
 
         async def body() -> None:
-            executor = make_executor(1)
+            executor = await made(make_executor, 1)
             try:
                 first = executor.submit(TrialRequest(running, 1, starts.hook("running")))
                 second = executor.submit(TrialRequest(queued, 1, starts.hook("queued")))
@@ -235,7 +242,7 @@ class ExecutorContract:
         trial = plan("patient", solve_sh="sleep 2\n")
 
         async def body() -> None:
-            executor = make_executor(1)
+            executor = await made(make_executor, 1)
             try:
                 ticket = executor.submit(TrialRequest(trial))
                 with pytest.raises(TimeoutError):
@@ -253,7 +260,7 @@ class ExecutorContract:
         trial = plan("finished")
 
         async def body() -> None:
-            executor = make_executor(1)
+            executor = await made(make_executor, 1)
             try:
                 ticket = executor.submit(TrialRequest(trial))
                 while not (trial.dir / "result.json").exists():
@@ -276,7 +283,7 @@ class ExecutorContract:
         starts = Starts()
 
         async def body() -> None:
-            executor = make_executor(2)
+            executor = await made(make_executor, 2)
             for trial in trials:
                 executor.submit(TrialRequest(trial, 1, starts.hook(trial.name)))
             await wait_for_process(marker, count=2)

@@ -309,6 +309,13 @@ def run(
         help="Sandbox backend: local (Linux namespaces, no engine needed) or docker (Docker "
         "or Podman through the Docker API; builds each task's Dockerfile or compose file as "
         "it is).")] = "local",
+    ray: Annotated[str | None, typer.Option(
+        metavar="ADDRESS|auto|local",
+        help="Run the trials on a Ray cluster (needs pip install -e '.[ray]'): local starts "
+        "a private Ray on this machine for the job; auto joins RAY_ADDRESS's cluster; else "
+        "the cluster at ADDRESS. Each node runs its share in its own sandboxes with its own "
+        "LLM gateway; -n caps the trials at once (default: every node's slots). See "
+        "docs/scale-out.md.")] = None,
     max_copy_out_mb: Annotated[int, typer.Option(
         min=1, help="The most MB of what the agent left copied into each trial's folder: "
         "the workspace diff (1 MB at most), /logs/agent (50 MB at most), then /logs/verifier "

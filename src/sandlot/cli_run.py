@@ -43,6 +43,7 @@ class CheckedRun:
 
 def run_resolved(resolved: ResolvedRun, console: Console) -> None:
     """Runs the job `resolved` describes; raises typer.Exit with its exit code."""
+    from sandlot.executors.ray_cluster import ClusterError
     from sandlot.job import ConfigMismatchError, JobSetupError, load_finished
     from sandlot.report.table import end_of_run
 
@@ -51,14 +52,16 @@ def run_resolved(resolved: ResolvedRun, console: Console) -> None:
     tasks, problems = _load_tasks(spec, checked, console)
     backend = _make_backend(spec, checked, problems, console)
     config = _job_config(spec, checked, tasks)
-    display, coro = _start(spec, checked, config, tasks, backend, console)
+    # On a cluster each node makes its own backend (this one only checked this machine).
+    display, coro = _start(spec, checked, config, tasks,
+                           None if spec.ray else backend, console)
     job_dir = checked.jobs_root / config.job_name
     try:
         with display:
             summary = _run_cancellable(coro)
     except ConfigMismatchError as exc:
         raise fail(console, str(exc)) from exc
-    except JobSetupError as exc:
+    except (JobSetupError, ClusterError) as exc:
         raise fail_preflight(console, [str(exc)], False) from exc
     except (OSError, BaseExceptionGroup) as exc:
         os_error = _first_os_error(exc)
@@ -228,17 +231,15 @@ def _make_backend(spec: RunSpec, checked: CheckedRun, problems: list[str],
     """The sandbox backend, after the model check; with any problem found so far, every
     one is said and the run does not start."""
     from sandlot.errors import SandboxError
-    from sandlot.sandbox import create_backend, parse_image_overrides
+    from sandlot.sandbox import create_backend
 
     backend = None
     try:
-        backend = create_backend(
-            spec.sandbox, checked.cache, force_build=spec.force_build,
-            base_image_overrides=parse_image_overrides(spec.base_image_override),
-            image_policy=spec.image_policy, insecure_registries=spec.insecure_registry,
-            image_cache_max_bytes=int(spec.image_cache_max_gb * 1e9) or None,
-            build_args=checked.build_args,
-            notify=lambda line: console.print(f"[yellow]{escape(line)}[/]"))
+        options = _backend_options(spec, checked)
+        if spec.ray in (None, "local"):  # where this machine runs the sandboxes: check it
+            backend = create_backend(
+                spec.sandbox, checked.cache, **options,  # type: ignore[arg-type]
+                notify=lambda line: console.print(f"[yellow]{escape(line)}[/]"))
     except ValueError as exc:
         raise fail(console, str(exc)) from exc
     except SandboxError as exc:
@@ -251,11 +252,22 @@ def _make_backend(spec: RunSpec, checked: CheckedRun, problems: list[str],
         found = asyncio.run(check_model(checked.route))
         problems += found.problems
         notes += found.notes
-    if problems or backend is None:
+    if problems or (backend is None and spec.ray in (None, "local")):
         raise fail_preflight(console, problems, model_checked)
     for note in notes:
         console.print(f"[dim]{escape(note)}[/]", soft_wrap=True)
     return backend
+
+
+def _backend_options(spec: RunSpec, checked: CheckedRun) -> dict[str, object]:
+    """create_backend's settings (a cluster's nodes get them too). Raises ValueError."""
+    from sandlot.sandbox import parse_image_overrides
+
+    return {"force_build": spec.force_build,
+            "base_image_overrides": parse_image_overrides(spec.base_image_override),
+            "image_policy": spec.image_policy, "insecure_registries": spec.insecure_registry,
+            "image_cache_max_bytes": int(spec.image_cache_max_gb * 1e9) or None,
+            "build_args": checked.build_args}
 
 
 def _job_config(spec: RunSpec, checked: CheckedRun, tasks: list[Any]) -> Any:
@@ -277,7 +289,7 @@ def _job_config(spec: RunSpec, checked: CheckedRun, tasks: list[Any]) -> Any:
         allow_private_network=spec.allow_private_network,
         api_base=spec.api_base, max_turns=spec.max_turns,
         repair_attempts=spec.repair_attempts, repair_template=checked.template_text,
-        redact_env=_redact_names(spec.redact_env), sandbox=spec.sandbox,
+        redact_env=_redact_names(spec.redact_env), sandbox=spec.sandbox, ray=spec.ray,
         max_copy_out_mb=spec.max_copy_out_mb, jobs_dir=str(checked.jobs_root),
         verifier_mode=spec.verifier_mode,
         max_trial_tokens=spec.max_trial_tokens, max_trial_cost_usd=spec.max_trial_cost_usd,
@@ -294,7 +306,10 @@ def _start(spec: RunSpec, checked: CheckedRun, config: Any, tasks: list[Any],
     from sandlot.job import run_job
 
     gateway = None
-    if checked.route is not None:
+    make_executor = None
+    if spec.ray is not None:
+        make_executor = _ray_executor(spec, checked, tasks, console)
+    elif checked.route is not None:
         from sandlot.gateway.budget import Budget
         from sandlot.gateway.routing import Router
         from sandlot.gateway.server import Gateway
@@ -304,9 +319,11 @@ def _start(spec: RunSpec, checked: CheckedRun, config: Any, tasks: list[Any],
                           generation=checked.generation)
     masked = (*(f.resolve() for f in spec.tasks), checked.jobs_root, checked.cache)
     n_planned = len(tasks) * spec.n_attempts
+    n_label = spec.n_concurrent if spec.ray is None or "n_concurrent" in \
+        spec.model_fields_set else "every node's slots"
     console.print(f"[bold]sandlot[/] job [cyan]{escape(config.job_name)}[/]: {len(tasks)} "
                   f"tasks × {spec.n_attempts} attempts, agent {escape(str(spec.agent))}, "
-                  f"sandbox {spec.sandbox}, -n {spec.n_concurrent} → "
+                  f"sandbox {spec.sandbox}{_on_ray(spec)}, -n {n_label} → "
                   f"{checked.jobs_root / config.job_name}")
     display = make_display(console, job_name=config.job_name, agent=spec.agent,
                            model=spec.model, sandbox=spec.sandbox, n_planned=n_planned,
@@ -315,8 +332,53 @@ def _start(spec: RunSpec, checked: CheckedRun, config: Any, tasks: list[Any],
                            stall_after_sec=spec.stall_after_sec)
     kept = _resolved_for_job(spec, config, checked, tasks)
     coro = run_job(config, tasks, backend, masked, display, gateway=gateway,
-                   cache_dir=checked.cache, agents=checked.catalog, run_file=kept)
+                   cache_dir=checked.cache, agents=checked.catalog, run_file=kept,
+                   make_executor=make_executor)
     return display, coro
+
+
+def _on_ray(spec: RunSpec) -> str:
+    return "" if spec.ray is None else f" on Ray ({spec.ray})"
+
+
+def _ray_executor(spec: RunSpec, checked: CheckedRun, tasks: list[Any],
+                  console: Console) -> Any:
+    """run_job's `make_executor` for --ray: the nodes get the job's settings, the
+    backend's, the agent's and the model's route with the provider's key."""
+    import dataclasses
+    import os
+
+    from sandlot.executors.cluster_spend import ClusterSpend
+    from sandlot.executors.node import BackendSpec, ModelRoute, NodeSpec
+    from sandlot.executors.ray_cluster import TrialNeeds, ray_executor_factory
+    from sandlot.gateway.budget import Budget
+    from sandlot.gateway.routing import key_env
+
+    route, spend = None, None
+    if checked.route is not None:
+        name = key_env(checked.route)
+        keys = {name: os.environ[name]} if name and name in os.environ else {}
+        route = ModelRoute(checked.route, keys, checked.generation)
+        spend = ClusterSpend(Budget(spec.max_job_cost_usd, spec.max_job_tokens),
+                             checked.route.model, name)
+    backend = BackendSpec(spec.sandbox, _backend_options(spec, checked))
+
+    def node(settings: Any) -> NodeSpec:
+        return NodeSpec(settings=dataclasses.replace(settings, gateway=None,
+                                                     machinery_cache=None),
+                        backend=backend, agent=str(spec.agent), model=spec.model,
+                        catalog=checked.catalog, model_route=route,
+                        work_dir=checked.cache / "cluster")
+
+    environments = [t.config.environment for t in tasks]
+    needs = TrialNeeds(cpus=max((e.cpus or 1.0 for e in environments), default=1.0),
+                       memory_mb=max((e.memory_mb or 0 for e in environments), default=0))
+    cap = spec.n_concurrent if "n_concurrent" in spec.model_fields_set else 1_000_000
+    return ray_executor_factory(
+        str(spec.ray), node=node, cap=cap, needs=needs, spend=spend,
+        notify=lambda line: console.print(f"[yellow]{escape(line)}[/]"),
+        trial_identity={"agent": str(spec.agent), "model": spec.model,
+                        "sandbox": spec.sandbox})
 
 
 def _resolved_for_job(spec: RunSpec, config: Any, checked: CheckedRun,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -20,7 +20,7 @@ from pydantic import ValidationError
 from sandlot.agents import create_agent
 from sandlot.agents.acp_registry import AgentCatalog
 from sandlot.errors import RERUN_ON_RESUME, RETRYABLE_KINDS
-from sandlot.executors import LocalExecutor, TrialRequest, TrialTicket
+from sandlot.executors import LocalExecutor, TrialExecutor, TrialRequest, TrialTicket
 from sandlot.fsutil import write_atomic, write_model
 from sandlot.gateway.budget import Budget
 from sandlot.hostguard import remove_tree
@@ -35,6 +35,11 @@ from sandlot.trial import TrialPlan, TrialSettings, load_result
 from sandlot.verify import ScriptVerifier
 
 MAX_BACKOFF_SEC = 30.0
+
+#: Makes the job's executor from its trial settings; None: the local pool. It may return
+#: an executor with a `spend` (the job's spend and provider state, as a gateway has them:
+#: a cluster's nodes run the gateways); raises JobSetupError when it cannot start.
+ExecutorFactory = Callable[["TrialSettings"], Awaitable[TrialExecutor]]
 
 
 class ConfigMismatchError(Exception):
@@ -186,13 +191,14 @@ def plan_trials(tasks: list[Task], n_attempts: int, root: Path) -> list[TrialPla
             for a in range(1, n_attempts + 1) for t in tasks]
 
 
-async def run_job(config: JobConfig, tasks: list[Task], backend: SandboxBackend,
+async def run_job(config: JobConfig, tasks: list[Task], backend: SandboxBackend | None,
                   masked_paths: tuple[Path, ...], observer: JobObserver | None = None,
                   backoff_base_sec: float = 1.0,
                   sleep: Callable[[float], object] = asyncio.sleep,
                   gateway: Any = None, cache_dir: Path | None = None,
                   agents: AgentCatalog | None = None,
-                  run_file: str | None = None) -> JobSummary:
+                  run_file: str | None = None,
+                  make_executor: ExecutorFactory | None = None) -> JobSummary:
     """Run (or resume) a job. On cancellation the partial summary is written, then re-raised.
     `run_file`, the resolved `sandlot run` settings, is kept as job.yaml (redacted).
 
@@ -206,7 +212,8 @@ async def run_job(config: JobConfig, tasks: list[Task], backend: SandboxBackend,
         write_atomic(root / "job.yaml", redact_text(run_file, secrets_from_env(config.redact_env)))
     for leftover in root.rglob(".*.tmp"):  # a write or a retry archive a kill cut short
         remove_tree(leftover, ignore_errors=True)
-    await backend.sweep()
+    if backend is not None:
+        await backend.sweep()
     run = JobRun(config=config, root=root, plans=plan_trials(tasks, config.n_attempts, root))
     pending: list[TrialPlan] = []
     for plan in run.plans:
@@ -235,11 +242,17 @@ async def run_job(config: JobConfig, tasks: list[Task], backend: SandboxBackend,
                              verifier_mode=config.verifier_mode,
                              budget=Budget(config.max_trial_cost_usd, config.max_trial_tokens),
                              machinery_cache=MachineryCache())
+    executor: TrialExecutor
+    if make_executor is None or not pending:
+        executor = LocalExecutor(settings, backend,  # type: ignore[arg-type]
+                                 lambda: create_agent(config.agent, config.model, agents),
+                                 ScriptVerifier(), slots=config.n_concurrent)
+    else:
+        executor = await make_executor(settings)
+        if gateway is None:  # the nodes' gateways, summed by the executor
+            gateway = getattr(executor, "spend", None)
     if gateway is not None:
         _count_earlier_spend(gateway, run)
-    executor = LocalExecutor(settings, backend,
-                             lambda: create_agent(config.agent, config.model, agents),
-                             ScriptVerifier(), slots=config.n_concurrent)
     tickets: dict[str, TrialTicket] = {}  # the try each trial is at, by trial name
 
     def may_start(plan: TrialPlan, try_number: int, live: TrialLive) -> bool:

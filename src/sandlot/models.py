@@ -25,7 +25,7 @@ def utc_now() -> str:
 #: task_paths: where the same tasks sit (task_digests and task_sources check they are).
 RESUMABLE_SETTINGS: frozenset[str] = frozenset(
     {"n_concurrent", "max_retries", "jobs_dir", "task_paths", "max_job_tokens",
-     "max_job_cost_usd"})
+     "max_job_cost_usd", "ray"})
 
 
 class TaskSource(BaseModel):
@@ -91,6 +91,8 @@ class JobConfig(BaseModel):
         default=False, description="Outbound phases may reach private ranges (a LAN mirror); "
         "the host's own addresses and link-local stay out of reach.")
     sandbox: str = Field(default="local", description="Sandbox backend name.")
+    ray: str | None = Field(default=None, description="--ray: the Ray cluster the trials ran "
+                            "on (local, auto or an address); null for this machine alone.")
     max_copy_out_mb: int = Field(
         default=100, ge=1, description="The most of the agent's files (workspace diff, "
         "/logs/agent, /logs/verifier) copied into each trial's folder; the rest is listed "

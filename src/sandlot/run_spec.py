@@ -84,6 +84,7 @@ class RunSpec(BaseModel):
     agent_network: Literal["none", "public"] | None = None
     allow_private_network: bool = False
     sandbox: str = "local"
+    ray: str | None = Field(default=None, min_length=1)
     max_copy_out_mb: int = Field(default=100, ge=1)
     verifier_mode: str = "task"
     force_build: bool = False

@@ -84,6 +84,9 @@ class TrialPlan:
     task: Task
     attempt: int
     dir: Path
+    #: The trial's key to the gateway, when its caller mints keys (a cluster's driver);
+    #: None: the gateway makes one.
+    gateway_key: str | None = None
 
     @property
     def name(self) -> str:
@@ -161,7 +164,7 @@ async def _open_gateway(settings: TrialSettings, plan: TrialPlan, sandbox: Sandb
     return await settings.gateway.open_trial(plan.name, plan.task.name,
                                              plan.dir / "trajectory",
                                              sandbox.network_namespace(),
-                                             budget=settings.budget)
+                                             budget=settings.budget, key=plan.gateway_key)
 
 
 def _generation_record(gateway: Any, session: Any) -> dict[str, object] | None:

@@ -126,6 +126,26 @@ def test_token_counts_match_the_gateway_and_pi_self_report_sits_beside_them(
         assert reported[key] == usage[key], key
 
 
+def test_pi_on_a_ray_node_gets_the_same_result_and_counts(pi_cache: Path, example_trial: Path,
+                                                           tmp_path: Path):
+    """--ray local: Pi runs in the node's sandbox and talks to the node's gateway; what
+    comes back to the driver's job folder is what a local run records."""
+    proc = _cli(pi_cache, "run", str(EXAMPLES), "-i", "csv-top-customers", "--agent", "pi",
+                "--model", "scripted/solver", "--ray", "local", "--jobs-dir", str(tmp_path),
+                "--job-name", "j")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    trial = tmp_path / "j" / "csv-top-customers__1"
+    on_ray = json.loads((trial / "result.json").read_text())
+    here = json.loads((example_trial / "result.json").read_text())
+    assert on_ray["passed"] and on_ray["error"] is None, on_ray
+    for key in ("input_tokens", "output_tokens", "total_tokens", "n_requests", "cost_usd"):
+        assert on_ray["usage"][key] == here["usage"][key], key
+    assert on_ray["agent_info"]["tool_calls"] == here["agent_info"]["tool_calls"]
+    assert len(_exchanges(trial)) == 4
+    assert (trial / "agent" / "pi_trace.json").is_file()
+    assert not _pi_processes()
+
+
 AS_USER_TOML = '[agent]\ntimeout_sec = 120\nuser = "agent"\n'
 AS_USER_DOCKERFILE = "FROM debian:bookworm-slim\nWORKDIR /app\nRUN chmod 1777 /app\n"
 

@@ -75,6 +75,13 @@ class JobSpend:
                                f"{how} spent")
                 self.reached_event.set()
 
+    def stop(self, reason: str) -> None:
+        """Count the budget as reached for `reason`: the spend was counted elsewhere (a
+        cluster's driver sums every node's)."""
+        if self.reason is None:
+            self.reason = reason
+            self.reached_event.set()
+
     async def wait_reached(self) -> str:
         await self.reached_event.wait()
         assert self.reason is not None

@@ -55,6 +55,12 @@ class ProviderHealth:
             self._stopped.set()
         return fault
 
+    def adopt(self, failure: ProviderFailure) -> None:
+        """Keep a fatal answer another gateway saw (a cluster node's), as if seen here."""
+        if self.fatal is None:
+            self.fatal = failure
+            self._stopped.set()
+
     def waiting(self, delta: int) -> None:
         with self._lock:
             self.backing_off += delta

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,8 +41,11 @@ def key_env(config: RouteConfig) -> str | None:
 class Router:
     """One upstream per wire format for the job's model, created on first use."""
 
-    def __init__(self, config: RouteConfig) -> None:
+    def __init__(self, config: RouteConfig, env: Mapping[str, str] | None = None) -> None:
+        """`env`: where the provider's key is read (default: this process's environment;
+        a cluster node gets the driver's key this way, never through its environment)."""
         self.config = config
+        self._env = os.environ if env is None else env
         provider, sep, model_id = config.model.partition("/")
         if not sep or not provider or not model_id:
             raise RoutingError(f"--model must be provider/model (e.g. openai/gpt-4.1, "
@@ -55,7 +59,7 @@ class Router:
 
     def _key(self, default_env: str | None) -> str | None:
         env = self.config.api_key_env or default_env
-        return os.environ.get(env) if env else None
+        return self._env.get(env) if env else None
 
     def upstream(self, fmt_name: str) -> Upstream:
         if self._scripted is not None:

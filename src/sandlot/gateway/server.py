@@ -45,6 +45,11 @@ GEMINI_PREFIXES = ("/v1beta", "/v1")
 GEMINI_METHODS = ("generateContent", "streamGenerateContent", "countTokens")
 
 
+def new_trial_key() -> str:
+    """A trial's key to the gateway: unguessable, and nothing like a provider's key."""
+    return "sk-sandlot-" + secrets.token_hex(24)
+
+
 @dataclass(frozen=True)
 class RetryPolicy:
     max_retries: int = 4
@@ -166,10 +171,14 @@ class Gateway:
 
     async def open_trial(self, trial: str, task: str | None, trajectory_dir: Path,
                          netns_path: str | None = None,
-                         budget: Budget | None = None) -> TrialSession:
-        """A fresh key for `trial`; with `netns_path`, also a listener inside that netns."""
+                         budget: Budget | None = None, key: str | None = None) -> TrialSession:
+        """A fresh key for `trial` (or `key`, minted by the caller: a cluster's driver);
+        with `netns_path`, also a listener inside that netns."""
+        key = key or new_trial_key()
+        if key in self._sessions:
+            raise ValueError(f"the key of trial {trial!r} is already in use")
         trajectory_dir.mkdir(parents=True, exist_ok=True)
-        session = TrialSession(trial=trial, task=task, key="sk-sandlot-" + secrets.token_hex(24),
+        session = TrialSession(trial=trial, task=task, key=key,
                                trajectory=TrajectoryLog(trajectory_dir / "llm_trajectory.jsonl"),
                                limit=asyncio.Semaphore(self.per_trial_concurrency),
                                budget=budget or Budget())

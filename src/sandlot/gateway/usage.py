@@ -36,6 +36,16 @@ class UsageTotals:
                 "source": "gateway"}
 
 
+@dataclass(frozen=True)
+class UsageState:
+    """A LiveUsage's counters as plain values: what a cluster node sends the driver."""
+
+    totals: UsageTotals
+    streaming_chars: int
+    in_flight: int
+    backing_off: int
+
+
 class UsageReading(NamedTuple):
     """What a live view needs of a trial's counter, read at one instant."""
 
@@ -112,6 +122,22 @@ class LiveUsage:
                                 t.input_tokens + t.output_tokens + self.streaming_chars // 4,
                                 t.cost_usd, self.in_flight, self.backing_off,
                                 t.n_rate_limited)
+
+    def state(self) -> UsageState:
+        with self._lock:
+            return UsageState(UsageTotals(**vars(self.totals)), self.streaming_chars,
+                              self.in_flight, self.backing_off)
+
+    def set_state(self, state: UsageState) -> None:
+        """Become a copy of another counter (the driver's mirror of a node's trial)."""
+        with self._lock:
+            if state == UsageState(self.totals, self.streaming_chars, self.in_flight,
+                                   self.backing_off):
+                return
+            self.totals = UsageTotals(**vars(state.totals))
+            self.streaming_chars, self.in_flight = state.streaming_chars, state.in_flight
+            self.backing_off = state.backing_off
+            self.version += 1
 
     def snapshot(self) -> dict[str, object]:
         """Trusted totals, plus a live estimate of tokens still streaming (chars / 4)."""
