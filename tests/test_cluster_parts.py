@@ -27,7 +27,7 @@ from sandlot.gateway.faults import FATAL_FAULTS
 from sandlot.gateway.formats.base import Usage
 from sandlot.gateway.health import ProviderFailure
 from sandlot.gateway.usage import LiveUsage
-from sandlot.live import TrialLive
+from sandlot.live import NodeLive, TrialLive
 
 pytestmark = [pytest.mark.timeout(60)]
 
@@ -91,7 +91,8 @@ def test_a_link_out_of_the_folder_is_refused(tmp_path: Path) -> None:
 
 
 def node(name: str, slots: int) -> _Node:
-    return _Node(ClusterNode(name, name, float(slots), 0.0), actor=None, slots=slots, host=name)
+    return _Node(ClusterNode(name, name, float(slots), 0.0), actor=None,
+                 live=NodeLive(name, slots))
 
 
 def test_the_pool_serves_in_order_spreads_over_nodes_and_keeps_the_cap() -> None:
@@ -109,7 +110,7 @@ def test_the_pool_serves_in_order_spreads_over_nodes_and_keeps_the_cap() -> None
         waiting[1].cancel()
         await asyncio.sleep(0)
         pool.release(got[1])
-        assert a.running + b.running == 2
+        assert a.live.running + b.live.running == 2
 
     asyncio.run(body())
 

@@ -251,6 +251,8 @@ async def run_job(config: JobConfig, tasks: list[Task], backend: SandboxBackend 
         executor = await make_executor(settings)
         if gateway is None:  # the nodes' gateways, summed by the executor
             gateway = getattr(executor, "spend", None)
+        if (nodes := getattr(executor, "nodes", None)) is not None:
+            _notify(observer, "nodes_started", nodes)
     if gateway is not None:
         _count_earlier_spend(gateway, run)
     tickets: dict[str, TrialTicket] = {}  # the try each trial is at, by trial name

@@ -38,6 +38,18 @@ class AgentLive:
 
 
 @dataclass
+class NodeLive:
+    """One cluster node as a display sees it (`--ray`): written by the executor."""
+
+    name: str
+    slots: int
+    running: int = 0
+    alive: bool = True
+    #: Tries on this node that ended in an error (cancels aside), retried ones included.
+    n_errored: int = 0
+
+
+@dataclass
 class TrialLive:
     """One running trial as a display sees it."""
 
@@ -53,6 +65,8 @@ class TrialLive:
     gateway_usage: Any = None
     #: Every phase set, in order: a view polling every 0.25 s must not miss a short one.
     phase_log: list[str] = field(default_factory=list)
+    #: The cluster node running it (`--ray`); None on this machine's own pool.
+    node: str | None = None
 
     def set_phase(self, label: str) -> None:
         self.phase = label

@@ -269,6 +269,14 @@ class TrialResult(BaseModel):
         default=None, description="The dataset, registry, repository, commit and path the "
         "task came from; null for a task from a folder.")
     sandbox: str = "local"
+    node: str | None = Field(
+        default=None, description="The Ray cluster node that ran the trial (`--ray`); null "
+        "for a trial run by this machine's own pool.")
+    requeued: list[dict[str, object]] = Field(
+        default_factory=list, description="`--ray`: each node this try was running on when "
+        "the node left the cluster (`node`, `reason`, `at`, the `phase` it had reached, the "
+        "gateway `usage` last reported from it); the try was run again from the start on "
+        "another node. Not counted in `tries`.")
     verifier_mode: Literal["shared", "separate"] = Field(
         default="shared", description="Where the tests ran: in the agent's sandbox "
         "(`shared`), or in a fresh one holding only the agent's outputs (`separate`).")
@@ -364,6 +372,14 @@ class PhaseTiming(BaseModel):
     total_sec: float
 
 
+class NodeFigures(BaseModel):
+    """One cluster node's share of a job's finished trials."""
+
+    n_trials: int
+    n_passed: int
+    n_errored: int
+
+
 class StepSummary(BaseModel):
     """One step name's figures over a job's multi-step trials."""
 
@@ -408,6 +424,9 @@ class JobSummary(BaseModel):
         "host, host-fallback; result.json `environment.base`): a host-fallback score is "
         "not comparable with one on the task's image.")
     timing: dict[str, PhaseTiming] = Field(default_factory=dict)
+    nodes: dict[str, NodeFigures] = Field(
+        default_factory=dict, description="`--ray`: the finished trials by the cluster node "
+        "that ran them (result.json `node`); empty for a job run by this machine alone.")
     steps: dict[str, StepSummary] = Field(
         default_factory=dict, description="Multi-step tasks: each step's figures, by name.")
     usage: dict[str, object] | None = Field(

@@ -213,3 +213,25 @@ def test_a_footer_too_long_for_its_lines_leaves_parts_out_whole() -> None:
     shown = " · ".join(lines).split(" · ")
     assert all(part in parts for part in shown)  # each part whole, or not there
     assert shown[:3] == parts[:3]
+
+
+def test_a_cluster_job_shows_each_nodes_slots_running_trials_and_errors(clock):
+    from sandlot.display.plain import heartbeat_text
+    from sandlot.live import NodeLive
+
+    dash, tracker = make(clock)
+    assert "nodes" not in render(dash)  # a local job has no node line
+    nodes = [NodeLive("vm-a", 4, running=3), NodeLive("vm-b", 2, running=2, n_errored=1),
+             NodeLive("vm-c", 4, running=0, alive=False)]
+    tracker.nodes_started(nodes)
+    text = render(dash)
+    line = next(ln for ln in text.splitlines() if ln.startswith("nodes"))
+    assert "vm-a 3/4 running" in line and "vm-b 2/2 running, 1 errored" in line
+    assert "vm-c left" in line
+    nodes[0].running = 1  # the executor writes them as trials come and go
+    assert "vm-a 1/4 running" in render(dash)
+    assert "node vm-c left" in heartbeat_text(tracker.frame())
+    many = [NodeLive(f"node-{i:03d}", 8, running=8) for i in range(200)]
+    tracker.nodes_started(many)
+    lines = [ln for ln in render(dash, height=30).splitlines() if ln.startswith("nodes")]
+    assert 1 <= len(lines) <= 2  # never more than NODE_LINES, however many nodes

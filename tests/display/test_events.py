@@ -91,3 +91,15 @@ def test_nothing_is_written_for_a_job_that_never_started(clock):
     with pytest.raises(RuntimeError), ev:
         raise RuntimeError("config mismatch")
     assert out.getvalue() == ""
+
+
+def test_heartbeat_fields_name_each_node_of_a_cluster_job(clock):
+    from sandlot.display.events import frame_fields
+    from sandlot.display.tracker import RunTracker
+    from sandlot.live import NodeLive
+
+    tracker = RunTracker("demo", "oracle", None, "local", 4, clock=clock)
+    assert "nodes" not in frame_fields(tracker.frame())
+    tracker.nodes_started([NodeLive("vm-a", 2, running=1, n_errored=1)])
+    assert frame_fields(tracker.frame())["nodes"] == [
+        {"name": "vm-a", "slots": 2, "running": 1, "alive": True, "n_errored": 1}]

@@ -32,14 +32,21 @@ from rich.segment import Segment
 from rich.style import Style
 
 from sandlot.display.plain import describe
-from sandlot.display.text import counts_parts, duration_text, footer_parts, progress_parts
+from sandlot.display.text import (
+    counts_parts,
+    duration_text,
+    footer_parts,
+    node_parts,
+    progress_parts,
+)
 from sandlot.display.tracker import Frame, RunTracker
-from sandlot.live import TrialLive
+from sandlot.live import NodeLive, TrialLive
 from sandlot.models import JobSummary, TrialResult
 
 #: Lines around the rows: header, progress, counts, column titles, "+N more", stalls and
-#: the footer (up to FOOTER_LINES).
+#: the footer (up to FOOTER_LINES); with --ray, up to NODE_LINES of nodes as well.
 FOOTER_LINES = 2
+NODE_LINES = 2
 FIXED_LINES = 6 + FOOTER_LINES
 MAX_BAR = 40
 
@@ -91,6 +98,9 @@ class Dashboard:
     def job_started(self, summary: JobSummary, n_pending: int) -> None:
         self.tracker.job_started(summary, n_pending)
 
+    def nodes_started(self, nodes: list[NodeLive]) -> None:
+        self.tracker.nodes_started(nodes)
+
     def trial_started(self, plan: object, try_number: int, live: TrialLive) -> None:
         self.tracker.trial_started(plan, try_number, live)
 
@@ -115,12 +125,16 @@ class Dashboard:
 
     def render(self, width: int, height: int) -> _Canvas:
         """One frame: at most `height` lines of at most `width` columns."""
-        rows_room = max(1, height - FIXED_LINES)
+        node_room = NODE_LINES if self.tracker.nodes else 0
+        rows_room = max(1, height - FIXED_LINES - node_room)
         if self.max_rows is not None:
             rows_room = min(rows_room, self.max_rows)
         frame = self.tracker.frame(max_rows=rows_room)
         out = _Canvas()
         self._header(out, frame, width)
+        for line in _pack(node_parts(frame), width - 7, node_room):
+            out.add("nodes  ", "dim")
+            out.line(line, "cyan")
         self._rows(out, frame, width)
         if frame.stalled:
             names = ", ".join(frame.stalled[:3])

@@ -17,7 +17,7 @@ from typing import IO, Any
 
 from sandlot.display.plain import DEFAULT_HEARTBEAT_SEC, TICK_SEC
 from sandlot.display.tracker import Frame, RunningTrial, RunTracker, Ticker, TrialRow
-from sandlot.live import TrialLive
+from sandlot.live import NodeLive, TrialLive
 from sandlot.models import JobSummary, TrialResult
 
 
@@ -50,6 +50,7 @@ def frame_fields(frame: Frame) -> dict[str, Any]:
         "eta_sec": None if frame.eta_sec is None else round(frame.eta_sec, 1),
         "stalled": frame.stalled,
         "backing_off": frame.n_backing_off, "rate_limited": frame.n_rate_limited,
+        **({"nodes": [node._asdict() for node in frame.nodes]} if frame.nodes else {}),
     }
 
 
@@ -95,6 +96,9 @@ class JsonEvents:
         self.emit("job_started", job=t.job_name, agent=t.agent, model=t.model,
                   sandbox=t.sandbox, n_planned=summary.n_trials_planned,
                   n_resumed=summary.n_trials, n_pending=n_pending)
+
+    def nodes_started(self, nodes: list[NodeLive]) -> None:
+        self.tracker.nodes_started(nodes)
 
     def trial_started(self, plan: object, try_number: int, live: TrialLive) -> None:
         with self.tracker.lock:

@@ -14,7 +14,13 @@ from types import TracebackType
 from rich.console import Console
 from rich.markup import escape
 
-from sandlot.display.text import counts_parts, duration_text, footer_parts, progress_parts
+from sandlot.display.text import (
+    counts_parts,
+    duration_text,
+    footer_parts,
+    node_parts,
+    progress_parts,
+)
 from sandlot.display.tracker import (
     Frame,
     RunningTrial,
@@ -23,7 +29,7 @@ from sandlot.display.tracker import (
     TrialRow,
     tokens_text,
 )
-from sandlot.live import TrialLive
+from sandlot.live import NodeLive, TrialLive
 from sandlot.models import JobSummary, TrialResult
 
 DEFAULT_HEARTBEAT_SEC = 30.0
@@ -58,6 +64,7 @@ def describe(result: TrialResult) -> str:
 
 def heartbeat_text(frame: Frame) -> str:
     parts = progress_parts(frame) + counts_parts(frame) + footer_parts(frame)
+    parts += [f"node {part}" for part in node_parts(frame)]
     if frame.stalled:
         parts.append(f"{len(frame.stalled)} stalled")
     return "♥ " + " · ".join(parts)
@@ -109,6 +116,9 @@ class LinePrinter:
     def job_started(self, summary: JobSummary, n_pending: int) -> None:
         self.tracker.job_started(summary, n_pending)
         self._next_heartbeat = self.tracker.clock() + self.heartbeat_sec
+
+    def nodes_started(self, nodes: list[NodeLive]) -> None:
+        self.tracker.nodes_started(nodes)
 
     def trial_started(self, plan: object, try_number: int, live: TrialLive) -> None:
         with self.tracker.lock:

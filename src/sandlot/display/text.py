@@ -65,3 +65,14 @@ def counts_parts(frame: Frame) -> list[str]:
     return [f"passed {frame.n_passed}", failed,
             f"errored {frame.n_errored}", f"running {frame.n_running}",
             f"queued {frame.n_queued}"]
+
+
+def node_parts(frame: Frame) -> list[str]:
+    """`--ray`: "vm-a 2/4 running", "vm-b left", "vm-c 1/4 running, 3 errored"."""
+    parts = []
+    for node in frame.nodes:
+        state = f"{node.running}/{node.slots} running" if node.alive else "left"
+        if node.n_errored:
+            state += f", {node.n_errored} errored"
+        parts.append(f"{node.name} {state}")
+    return parts

@@ -34,7 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from sandlot.live import TrialLive
+from sandlot.live import NodeLive, TrialLive
 from sandlot.models import JobSummary, TrialResult
 
 #: Phases before the agent has a gateway session: no token signal is expected yet.
@@ -146,6 +146,16 @@ class TrialRow:
     figures: LiveFigures
 
 
+class NodeRow(NamedTuple):
+    """One cluster node (`--ray`) as a frame shows it."""
+
+    name: str
+    slots: int
+    running: int
+    alive: bool
+    n_errored: int
+
+
 @dataclass(frozen=True, slots=True)
 class Frame:
     """Everything a view renders, computed once per frame."""
@@ -188,6 +198,8 @@ class Frame:
     #: Trials that became stalled / moved again since the previous frame.
     stall_started: list[TrialRow] = field(default_factory=list)
     stall_cleared: list[str] = field(default_factory=list)
+    #: `--ray`: each node's slots, running trials and errors; empty on one machine.
+    nodes: list[NodeRow] = field(default_factory=list)
 
 
 def tokens_text(n: int) -> str:
@@ -236,6 +248,7 @@ class RunTracker:
         self.n_resumed = 0
         self.tokens_at_start = 0
         self.running: dict[str, RunningTrial] = {}
+        self.nodes: list[NodeLive] = []
 
     # -- job events (the event loop's thread) ---------------------------------------------
 
@@ -248,6 +261,11 @@ class RunTracker:
             self.n_resumed = summary.n_trials
             self.tokens_at_start = _usage_int(summary, "total_tokens") or 0
             self.started = self.clock()
+
+    def nodes_started(self, nodes: list[NodeLive]) -> None:
+        """The cluster's nodes (`--ray`), kept current by the executor."""
+        with self.lock:
+            self.nodes = list(nodes)
 
     def trial_started(self, plan: object, try_number: int, live: TrialLive) -> None:
         with self.lock:
@@ -311,6 +329,8 @@ class RunTracker:
         with self.lock:
             summary = self.summary
             entries = list(self.running.values())
+            nodes = [NodeRow(n.name, n.slots, n.running, n.alive, n.n_errored)
+                     for n in self.nodes]
         live_tokens: int | None = None
         live_cost: float | None = None
         covered = expected = 0
@@ -395,7 +415,7 @@ class RunTracker:
             n_backing_off=backing_off, n_rate_limited=rate_limited,
             stall_started=[by_name.get(e.name) or self._row(e, figures.get(e.name), now)
                            for e in started],
-            stall_cleared=cleared,
+            stall_cleared=cleared, nodes=nodes,
         )
 
     def _row(self, entry: RunningTrial, fig: LiveFigures | None, now: float) -> TrialRow:

@@ -125,7 +125,8 @@ class NodeService:
         self._spec = spec
         self._make_backend = make_backend or _create_backend
         self._tasks_dir = spec.work_dir / "tasks"
-        self._trials_dir = spec.work_dir / "trials"
+        #: Per node process: a later node on the same machine removes what a killed one left.
+        self._trials_dir = spec.work_dir / "trials" / str(os.getpid())
         self._notes: list[str] = []
         self._backend: SandboxBackend | None = None
         self._gateway: Gateway | None = None
@@ -140,10 +141,11 @@ class NodeService:
         earlier node left, prepare the agent, start the gateway."""
         spec = self._spec
         cache_dir = spec.settings.cache_dir or spec.work_dir / "cache"
-        self._trials_dir.mkdir(parents=True, exist_ok=True)
         self._tasks_dir.mkdir(parents=True, exist_ok=True)
         self._backend = self._make_backend(spec.backend, cache_dir, self._notes.append)
-        await self._backend.sweep()
+        await self._backend.sweep()  # first: a dead node's sandboxes hold its folders
+        await asyncio.to_thread(_remove_dead_nodes_trials, self._trials_dir.parent)
+        self._trials_dir.mkdir(parents=True, exist_ok=True)
         agent = create_agent(spec.agent, spec.model, spec.catalog)
         prepare = getattr(agent, "prepare", None)
         if prepare is not None:
@@ -234,7 +236,8 @@ class NodeService:
             notes=notes)
 
     async def close(self) -> None:
-        """Cancel what still runs (each records itself), stop the gateway."""
+        """Cancel what still runs (each records itself), stop the gateway, remove this
+        node's trial folders."""
         running = list(self._running.values())
         for trial in running:
             trial.cancel()
@@ -244,6 +247,16 @@ class NodeService:
             with contextlib.suppress(Exception):
                 await self._gateway.stop()
             self._gateway = None
+        await asyncio.to_thread(remove_tree, self._trials_dir, ignore_errors=True)
+
+
+def _remove_dead_nodes_trials(trials: Path) -> None:
+    """The trial folders of node processes that are gone (killed with their node)."""
+    if not trials.is_dir():
+        return
+    for folder in trials.iterdir():
+        if folder.name.isdigit() and not Path(f"/proc/{folder.name}").exists():
+            remove_tree(folder, ignore_errors=True)
 
 
 def relocate(task: Task, folder: Path) -> Task:

@@ -35,7 +35,8 @@ from sandlot.executors.node import NodeInfo, NodeReport, NodeService, NodeSpec, 
 from sandlot.executors.shipping import pack_tree, unpack_tree
 from sandlot.fsutil import write_model
 from sandlot.gateway.server import new_trial_key
-from sandlot.live import TrialLive
+from sandlot.gateway.usage import LiveUsage
+from sandlot.live import NodeLive, TrialLive
 from sandlot.models import ErrorInfo, TrialResult, utc_now
 from sandlot.tasks.loader import Task, hash_tree
 from sandlot.trial import TrialPlan
@@ -47,6 +48,8 @@ RAY_MISSING = ("--ray needs Ray, an optional dependency: pip install -e '.[ray]'
 POLL_SEC = 0.5
 #: A task folder larger than this is not shipped (its trials fail with the reason).
 TASK_ARCHIVE_MAX_BYTES = 4 * 1024**3
+#: How many times a try is run again because its node left the cluster while it ran.
+MAX_REQUEUES = 2
 #: How long a node may take to stop its trials and gateway when the job ends.
 NODE_CLOSE_SEC = 120.0
 
@@ -169,19 +172,45 @@ class NodeActor:
 
 @dataclass(eq=False)
 class _Node:
-    """The driver's view of one node: its actor, its slots, what it has been sent."""
+    """The driver's view of one node: its actor, its slots, what it has been sent. Its
+    counts live in `live`, which the dashboard reads."""
 
     where: ClusterNode
     actor: Any
-    slots: int
-    host: str = ""
-    running: int = 0
-    alive: bool = True
+    live: NodeLive
     tasks: dict[str, asyncio.Future[None]] = field(default_factory=dict)
 
     @property
+    def host(self) -> str:
+        return self.live.name
+
+    @property
+    def slots(self) -> int:
+        return self.live.slots
+
+    @property
+    def alive(self) -> bool:
+        return self.live.alive
+
+    @property
     def free(self) -> int:
-        return self.slots - self.running if self.alive else 0
+        return self.live.slots - self.live.running if self.live.alive else 0
+
+
+class _NodeLost(Exception):
+    """The node running a try left the cluster (its actor died with it)."""
+
+    def __init__(self, node: str, why: str) -> None:
+        super().__init__(f"node {node} left the cluster while the trial ran: {why}")
+        self.node, self.why = node, why
+
+    def record(self, live: TrialLive | None) -> dict[str, object]:
+        """What result.json's `requeued` keeps of the lost run: where, why, how far it got,
+        and what its model requests had cost by the node's last report."""
+        usage = live.gateway_usage if live is not None else None
+        return {"node": self.node, "reason": self.why, "at": utc_now(),
+                "phase": live.phase if live is not None else None,
+                "usage": usage.snapshot() if isinstance(usage, LiveUsage) else None}
 
 
 class NoNodeLeft(ClusterError):
@@ -203,18 +232,22 @@ class _SlotPool:
         return node if node.free > 0 else None
 
     def _take(self, node: _Node) -> _Node:
-        node.running += 1
+        node.live.running += 1
         self._busy += 1
         return node
 
-    async def acquire(self) -> _Node:
-        """A slot's node; NoNodeLeft once no node is alive."""
+    async def acquire(self, first: bool = False) -> _Node:
+        """A slot's node; NoNodeLeft once no node is alive. `first`: ahead of every try
+        waiting (a try whose node left had already left the queue once)."""
         if not any(node.alive for node in self._nodes):
             raise NoNodeLeft("every node of the job left the cluster")
-        if not self._waiters and (node := self._pick()) is not None:
+        if (first or not self._waiters) and (node := self._pick()) is not None:
             return self._take(node)
         waiter = asyncio.get_running_loop().create_future()
-        self._waiters.append(waiter)
+        if first:
+            self._waiters.appendleft(waiter)
+        else:
+            self._waiters.append(waiter)
         try:
             return await waiter
         except asyncio.CancelledError:
@@ -226,7 +259,7 @@ class _SlotPool:
 
     def lost(self, node: _Node) -> None:
         """`node` left the cluster: it gets no more tries; with none left, nor does anyone."""
-        node.alive = False
+        node.live.alive = False
         if not any(n.alive for n in self._nodes):
             while self._waiters:
                 waiter = self._waiters.popleft()
@@ -234,7 +267,7 @@ class _SlotPool:
                     waiter.set_exception(NoNodeLeft("every node of the job left the cluster"))
 
     def release(self, node: _Node) -> None:
-        node.running -= 1
+        node.live.running -= 1
         self._busy -= 1
         while self._waiters and (free := self._pick()) is not None:
             waiter = self._waiters.popleft()
@@ -251,6 +284,8 @@ class RayExecutor:
         self._cluster, self._ray, self._nodes = cluster, cluster.ray, nodes
         self._pool = _SlotPool(nodes, cap)
         self._slots = min(cap, sum(n.slots for n in nodes))
+        #: Each node's slots, running tries and errors, for the dashboard.
+        self.nodes = [node.live for node in nodes]
         #: The job's spend and provider state, summed from the nodes (job.py reads it).
         self.spend = spend
         self._notify = notify
@@ -265,6 +300,7 @@ class RayExecutor:
         self._archives: dict[str, Any] = {}
         self._refused = False
         self._said_no_node = False
+        self._cancelled: set[int] = set()
         self._closed = False
         self._poller = asyncio.create_task(self._poll(), name="ray node poller")
 
@@ -290,6 +326,7 @@ class RayExecutor:
         self._cancel(ticket.id)
 
     def _cancel(self, ticket_id: int) -> None:
+        self._cancelled.add(ticket_id)
         sent = self._sent.get(ticket_id)
         if sent is not None:
             node, call_id = sent
@@ -328,50 +365,88 @@ class RayExecutor:
     # -- one try ----------------------------------------------------------------------
 
     async def _run(self, ticket: TrialTicket, request: TrialRequest) -> TrialResult | None:
+        """One try, on whichever node has a slot; run again from the start on another
+        node if its node leaves the cluster while it runs (up to MAX_REQUEUES times)."""
         plan = request.plan
-        try:
-            node = await self._pool.acquire()
-        except NoNodeLeft:
-            if not self._said_no_node:
-                self._said_no_node = True
-                self._notify("every node of the job left the Ray cluster: the trials not "
-                             "started run on resume")
-            return None
-        try:
+        live: TrialLive | None = None
+        requeued: list[dict[str, object]] = []
+        while True:
             try:
-                digest = await self._ship(node, plan.task)
-            except Exception as exc:  # a task that cannot be read or sent is this try's error
-                live = TrialLive(plan.name, plan.task.name, plan.attempt, request.try_number)
-                if not request.on_start(live):
-                    return None
-                return self._failed(plan, f"cannot send the task to node {node.host}: "
-                                    f"{type(exc).__name__}: {exc}")
-            live = TrialLive(plan.name, plan.task.name, plan.attempt, request.try_number)
-            if not request.on_start(live):
-                return None
-            call = TrialCall(id=f"{ticket.id}-{secrets.token_hex(6)}", task=plan.task,
-                             task_digest=digest, attempt=plan.attempt,
-                             try_number=request.try_number, gateway_key=new_trial_key())
-            self._live[call.id] = live
-            self._sent[ticket.id] = (node, call.id)
+                node = await self._pool.acquire(first=bool(requeued))
+            except NoNodeLeft:
+                self._say_no_node()
+                if live is None:
+                    return None  # never started: it runs on resume
+                return self._failed(plan, None, "every node of the job left the cluster",
+                                    requeued)
             try:
-                outcome = await node.actor.run.remote(call)
-            except self._ray.exceptions.RayActorError as exc:
-                self._pool.lost(node)
-                return self._failed(plan, f"node {node.host} left the cluster while the "
-                                    f"trial ran: {_first_line(exc)}")
-            except self._ray.exceptions.RayError as exc:
-                return self._failed(plan, f"node {node.host}: {_first_line(exc)}")
+                if live is None:
+                    live = TrialLive(plan.name, plan.task.name, plan.attempt,
+                                     request.try_number, node=node.host)
+                    try:
+                        digest = await self._ship(node, plan.task)
+                    except Exception:
+                        if not request.on_start(live):
+                            return None
+                        raise
+                    if not request.on_start(live):
+                        return None
+                else:
+                    live.node = node.host
+                    live.set_phase("queued")
+                    digest = await self._ship(node, plan.task)
+                done = await self._call(ticket, request, node, live, digest)
+            except _NodeLost as lost:
+                requeued.append(lost.record(live))
+                if ticket.id in self._cancelled:
+                    return None  # cancelled as its node left: it runs on resume
+                if len(requeued) > MAX_REQUEUES:
+                    return self._failed(plan, node, f"{lost}; run on {len(requeued)} nodes "
+                                        "that each left the cluster, not again", requeued)
+                continue
+            except Exception as exc:  # a task that cannot be read or sent; a node's fault
+                return self._failed(plan, node, f"node {node.host}: {type(exc).__name__}: "
+                                    f"{_first_line(exc)}", requeued)
             finally:
-                self._sent.pop(ticket.id, None)
-                self._live.pop(call.id, None)
-            if outcome is None:
+                self._pool.release(node)
+            if done is None:
                 return None
-            result = TrialResult.model_validate_json(outcome.result_json)
-            await asyncio.to_thread(_materialize, plan.dir, outcome.archive, result)
+            result, archive = done
+            result.requeued = requeued
+            _count_error(node, result)
+            await asyncio.to_thread(_materialize, plan.dir, archive, result)
             return result
+
+    async def _call(self, ticket: TrialTicket, request: TrialRequest, node: _Node,
+                    live: TrialLive, digest: str) -> tuple[TrialResult, bytes] | None:
+        """Run the try on `node`: its result and the archive of its folder, or None if it
+        was cancelled before it started there. Raises _NodeLost if the node left the
+        cluster meanwhile: that call's result can never arrive, so none is counted twice."""
+        plan = request.plan
+        call = TrialCall(id=f"{ticket.id}-{secrets.token_hex(6)}", task=plan.task,
+                         task_digest=digest, attempt=plan.attempt,
+                         try_number=request.try_number, gateway_key=new_trial_key())
+        self._live[call.id] = live
+        self._sent[ticket.id] = (node, call.id)
+        try:
+            outcome = await node.actor.run.remote(call)
+        except self._ray.exceptions.RayActorError as exc:
+            self._pool.lost(node)
+            raise _NodeLost(node.host, _first_line(exc)) from exc
         finally:
-            self._pool.release(node)
+            self._sent.pop(ticket.id, None)
+            self._live.pop(call.id, None)
+        if outcome is None:
+            return None
+        result = TrialResult.model_validate_json(outcome.result_json)
+        result.node = node.host
+        return result, outcome.archive
+
+    def _say_no_node(self) -> None:
+        if not self._said_no_node:
+            self._said_no_node = True
+            self._notify("every node of the job left the Ray cluster: the trials not "
+                         "started run on resume")
 
     async def _ship(self, node: _Node, task: Task) -> str:
         """The task's digest, once its folder is on `node` (sent at most once per node)."""
@@ -396,14 +471,18 @@ class RayExecutor:
             self._archives[digest] = self._ray.put(packed.data)
         await node.actor.store_task.remote(digest, self._archives[digest])
 
-    def _failed(self, plan: TrialPlan, message: str) -> TrialResult:
+    def _failed(self, plan: TrialPlan, node: _Node | None, message: str,
+                requeued: list[dict[str, object]]) -> TrialResult:
         """A try the cluster lost: sandlot's fault, retried as any infrastructure error."""
         result = TrialResult(trial_name=plan.name, task=plan.task.name, attempt=plan.attempt,
-                             finished_at=utc_now(),
+                             finished_at=utc_now(), node=node.host if node else None,
+                             requeued=requeued,
                              error=ErrorInfo(kind=ErrorKind.INTERNAL_ERROR, message=message,
                                              caused_by=default_cause(ErrorKind.INTERNAL_ERROR)),
                              **self._identity)
         write_model(plan.dir / "result.json", result)
+        if node is not None:
+            _count_error(node, result)
         return result
 
     # -- the nodes' live state ----------------------------------------------------------
@@ -438,6 +517,11 @@ class RayExecutor:
                     other.actor.refuse_spending.remote(self.spend.job_spend.reason)
 
 
+def _count_error(node: _Node, result: TrialResult) -> None:
+    if result.error is not None and result.error.kind is not ErrorKind.CANCELLED:
+        node.live.n_errored += 1
+
+
 def _materialize(trial_dir: Path, archive: bytes, result: TrialResult) -> None:
     """The trial's folder in the job folder: the node's files, then result.json last."""
     unpack_tree(archive, trial_dir)
@@ -468,7 +552,7 @@ async def start_ray_executor(cluster: RayCluster, spec: NodeSpec, *, cap: int,
     nodes = [_Node(where, actor_class.options(
         num_cpus=0, max_concurrency=100_000,
         scheduling_strategy=NodeAffinitySchedulingStrategy(where.node_id, soft=False),
-    ).remote(spec), slots, host=where.host) for where, slots in fitting]
+    ).remote(spec), NodeLive(where.host, slots)) for where, slots in fitting]
     started = await asyncio.gather(*(node.actor.start.remote() for node in nodes),
                                    return_exceptions=True)
     problems = []
@@ -477,7 +561,7 @@ async def start_ray_executor(cluster: RayCluster, spec: NodeSpec, *, cap: int,
             cause = getattr(info, "cause", None) or info
             problems.append(f"node {node.host}: {_first_line(cause)}")
         else:
-            node.host = f"{info.hostname}" if len(nodes) == 1 else \
+            node.live.name = info.hostname if len(nodes) == 1 else \
                 f"{info.hostname} ({node.where.node_id[:8]})"
             for note in info.notes:
                 notify(f"node {node.host}: {note}")

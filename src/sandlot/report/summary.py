@@ -6,7 +6,7 @@ from collections import Counter, defaultdict
 from math import comb
 
 from sandlot.errors import AGENT_FAULT_KINDS, ErrorKind
-from sandlot.models import JobSummary, PhaseTiming, StepSummary, TrialResult
+from sandlot.models import JobSummary, NodeFigures, PhaseTiming, StepSummary, TrialResult
 from sandlot.report.outcome import count_outcomes
 
 
@@ -136,6 +136,7 @@ def summarize(job_name: str, agent: str, model: str | None, n_planned: int, max_
                                   for r in results if r.environment).items())),
         timing={p: PhaseTiming(mean_sec=round(sum(v) / len(v), 4), total_sec=round(sum(v), 4))
                 for p, v in phases.items()},
+        nodes=node_figures(results),
         steps=step_figures(results),
         usage=usage, retried_usage=retried,
         spend_usd=round(sum(float(c) for c in costs), 8) if costs else None,  # type: ignore[arg-type]
@@ -144,6 +145,20 @@ def summarize(job_name: str, agent: str, model: str | None, n_planned: int, max_
         complete=complete, stopped=stopped, stopped_by=stopped_by,  # type: ignore[arg-type]
         n_budget_exceeded=kinds.get(str(ErrorKind.BUDGET_EXCEEDED), 0),
     )
+
+
+def node_figures(results: list[TrialResult]) -> dict[str, NodeFigures]:
+    """Finished trials by the cluster node that ran them (none for a local job)."""
+    by_node: dict[str, list[TrialResult]] = defaultdict(list)
+    for r in results:
+        if r.node is not None:
+            by_node[r.node].append(r)
+    figures = {}
+    for node, ran in sorted(by_node.items()):
+        counts = count_outcomes(ran)
+        figures[node] = NodeFigures(n_trials=len(ran), n_passed=counts.passed,
+                                    n_errored=counts.errored)
+    return figures
 
 
 def error_rate(summary: JobSummary) -> float | None:

@@ -100,6 +100,9 @@ def summary_table(summary: JobSummary) -> FittedTable:
     if summary.roots.get("host-fallback"):
         rows.append(("ran on the host's root, not their image (host-fallback)",
                      f"[yellow]{summary.roots['host-fallback']}[/]"))
+    rows += [(f"node {escape(node)} (trials / passed / errored)",
+              f"{f.n_trials} / {f.n_passed} / {f.n_errored}")
+             for node, f in summary.nodes.items()]
     rows += [(f"time {phase} (mean / total)", f"{t.mean_sec:.2f}s / {t.total_sec:.1f}s")
              for phase, t in summary.timing.items()]
     # Values wrap between words only, so a figure is never split. The agent and model
