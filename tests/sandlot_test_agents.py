@@ -7,6 +7,7 @@ stand-in for an agent that tries things (probes isolation, hangs, plants files).
 from __future__ import annotations
 
 import os
+import shlex
 from pathlib import Path
 
 from sandlot.agents.base import AgentContext, AgentOutcome
@@ -109,3 +110,29 @@ class StubbornModelAgent(ShellAgent):
                     json={"model": ctx.gateway.model,
                           "messages": [{"role": "user", "content": "more"}]})
                 await asyncio.sleep(0.2)
+
+
+class ProbeAgent(ShellAgent):
+    """From inside its sandbox: one model call to the gateway URL and key it was given,
+    then the task's instruction (probes of other addresses). stdout.txt has both."""
+
+    name = "probe"
+    needs_gateway = True
+
+    async def run(self, ctx: AgentContext) -> AgentOutcome:
+        assert ctx.gateway is not None and ctx.gateway.sandbox_base_url is not None
+        url = ctx.gateway.sandbox_base_url + "/v1/chat/completions"
+        call = (
+            "import json, urllib.request\n"
+            f"req = urllib.request.Request({url!r},"
+            f" data=json.dumps({{'model': {ctx.gateway.model!r}, 'messages': "
+            "[{'role': 'user', 'content': 'hello'}]}).encode(), headers={"
+            f"'authorization': 'Bearer {ctx.gateway.api_key}', "
+            "'content-type': 'application/json'})\n"
+            "print('gateway', urllib.request.urlopen(req, timeout=30).status)\n")
+        script = f"python3 -c {shlex.quote(call)}\n{ctx.task.instruction}"
+        result = await ctx.sandbox.exec(["bash", "-c", script], timeout_sec=ctx.timeout_sec,
+                                        network=ctx.network)
+        write_atomic(ctx.logs_dir / "stdout.txt", result.stdout)
+        write_atomic(ctx.logs_dir / "stderr.txt", result.stderr)
+        return AgentOutcome(exit_code=result.exit_code, script_time_sec=result.duration_sec)

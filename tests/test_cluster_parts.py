@@ -22,7 +22,7 @@ from sandlot.executors.ray_cluster import (
     _SlotPool,
 )
 from sandlot.executors.shipping import OMITTED_NOTE, pack_tree, unpack_tree
-from sandlot.gateway.budget import Budget
+from sandlot.gateway.budget import Budget, JobSpend
 from sandlot.gateway.faults import FATAL_FAULTS
 from sandlot.gateway.formats.base import Usage
 from sandlot.gateway.health import ProviderFailure
@@ -170,15 +170,28 @@ def test_the_drivers_live_view_follows_the_nodes() -> None:
 def test_the_jobs_spend_is_the_sum_of_every_nodes_and_a_fatal_answer_stops_it() -> None:
     async def body() -> None:
         spend = ClusterSpend(Budget(max_tokens=1000), "openai/x", "OPENAI_API_KEY")
-        spend.absorb("a", NodeReport({}, spent_tokens=300, spent_cost_usd=0.1))
-        spend.absorb("b", NodeReport({}, spent_tokens=200))
-        spend.absorb("a", NodeReport({}, spent_tokens=400, spent_cost_usd=0.2))
-        assert spend.job_spend.tokens == 600 and spend.job_spend.reason is None
-        spend.absorb("b", NodeReport({}, spent_tokens=600))
+        spend.job_spend.add(50, 0.0)  # an earlier run's, on resume
+        spend.absorb_report("a", NodeReport({}, spent_tokens=300, spent_cost_usd=0.1))
+        spend.absorb("b", 200, 0.0)
+        spend.absorb("a", 250, 0.05)  # older than what was counted: changes nothing
+        spend.absorb_report("a", NodeReport({}, spent_tokens=400, spent_cost_usd=0.2))
+        assert spend.job_spend.tokens == 650 and spend.job_spend.reason is None
+        assert spend.elsewhere("a") == (250, pytest.approx(0.0))  # b's and the earlier run's
+        assert spend.elsewhere("c") == (650, pytest.approx(0.2))
+        spend.absorb("b", 550, 0.0)
         assert spend.job_spend.tokens == 1000
         assert "1,000 tokens" in await spend.job_spend.wait_reached()
         failure = ProviderFailure(next(iter(FATAL_FAULTS)), 401, "the key was refused")
-        spend.absorb("a", NodeReport({}, 400, 0.2, provider_failure=failure))
+        spend.absorb_report("a", NodeReport({}, 400, 0.2, provider_failure=failure))
         assert (await spend.health.wait_fatal()).message == "the key was refused"
 
     asyncio.run(body())
+
+
+def test_a_nodes_gateway_holds_the_job_budget_against_its_own_and_the_others_spend() -> None:
+    spend = JobSpend(Budget(max_tokens=1000))
+    spend.add(400, None)
+    spend.count_elsewhere(500, 0.0)
+    assert spend.reason is None and spend.tokens == 400  # its own, as the node reports it
+    spend.count_elsewhere(600, 0.0)  # the driver's newer sum replaces the last
+    assert spend.reason is not None and "1,000 tokens of 1,000" in spend.reason

@@ -78,3 +78,22 @@ def test_without_ray_installed_one_line_says_how_to_install_it(run_cli, examples
     said = proc.stdout + proc.stderr
     assert "pip install -e '.[ray]'" in said, said
     assert "Traceback" not in said
+
+
+@pytest.mark.timeout(300)
+def test_the_jobs_budget_holds_over_the_nodes_gateways(run_cli, make_task, tmp_path):
+    """The driver sums what the nodes' gateways spent: at the job's budget the running
+    trial is cut and nothing more starts, as in a local run (test_budgets.py)."""
+    for name in ("a", "b", "c"):
+        make_task(name)
+    proc = run_cli("run", str(tmp_path / "tasks"), "--agent", "builtin", "--model",
+                   "scripted/runaway", "--max-trial-tokens", "5000", "--max-job-tokens",
+                   "7500", "--ray", "local", "-n", "1", "--jobs-dir", str(tmp_path / "jobs"),
+                   "--job-name", "j", "--json")
+    assert proc.returncode == 6, proc.stdout + proc.stderr
+    summary = json.loads(proc.stdout)["summary"]
+    assert summary["stopped_by"] == "job_budget"
+    found = results(tmp_path / "jobs" / "j")
+    assert found["a__1"]["error"]["kind"] == "budget_exceeded"
+    assert found["b__1"]["error"]["kind"] == "cancelled"
+    assert "c__1" not in found

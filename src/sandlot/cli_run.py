@@ -358,9 +358,9 @@ def _ray_executor(spec: RunSpec, checked: CheckedRun, tasks: list[Any],
     if checked.route is not None:
         name = key_env(checked.route)
         keys = {name: os.environ[name]} if name and name in os.environ else {}
-        route = ModelRoute(checked.route, keys, checked.generation)
-        spend = ClusterSpend(Budget(spec.max_job_cost_usd, spec.max_job_tokens),
-                             checked.route.model, name)
+        budget = Budget(spec.max_job_cost_usd, spec.max_job_tokens)
+        route = ModelRoute(checked.route, keys, checked.generation, budget)
+        spend = ClusterSpend(budget, checked.route.model, name)
     backend = BackendSpec(spec.sandbox, _backend_options(spec, checked))
 
     def node(settings: Any) -> NodeSpec:

@@ -146,6 +146,33 @@ def test_pi_on_a_ray_node_gets_the_same_result_and_counts(pi_cache: Path, exampl
     assert not _pi_processes()
 
 
+def test_pi_on_two_cluster_nodes_records_what_it_records_locally(pi_cache: Path,
+                                                                 example_trial: Path,
+                                                                 tmp_path: Path):
+    """A head and two worker nodes: two attempts of the task, one on each node (a slot
+    each), each trial with the token counts and tool calls of the local run."""
+    from ray_support import two_node_cluster
+
+    with two_node_cluster() as cluster:
+        proc = _cli(pi_cache, "run", str(EXAMPLES), "-i", "csv-top-customers", "-k", "2",
+                    "--agent", "pi", "--model", "scripted/solver", "--ray", cluster.address,
+                    "--jobs-dir", str(tmp_path), "--job-name", "j")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    here = json.loads((example_trial / "result.json").read_text())
+    nodes = set()
+    for attempt in (1, 2):
+        trial = tmp_path / "j" / f"csv-top-customers__{attempt}"
+        result = json.loads((trial / "result.json").read_text())
+        assert result["passed"] and result["error"] is None, result
+        for key in ("input_tokens", "output_tokens", "n_requests", "cost_usd"):
+            assert result["usage"][key] == here["usage"][key], key
+        assert result["agent_info"]["tool_calls"] == here["agent_info"]["tool_calls"]
+        assert len(_exchanges(trial)) == 4
+        nodes.add(result["node"])
+    assert len(nodes) == 2, nodes
+    assert not _pi_processes()
+
+
 AS_USER_TOML = '[agent]\ntimeout_sec = 120\nuser = "agent"\n'
 AS_USER_DOCKERFILE = "FROM debian:bookworm-slim\nWORKDIR /app\nRUN chmod 1777 /app\n"
 

@@ -24,6 +24,7 @@ from sandlot.agents import create_agent
 from sandlot.agents.acp_registry import AgentCatalog
 from sandlot.executors.live_mirror import LiveState, capture
 from sandlot.executors.shipping import pack_tree, unpack_tree
+from sandlot.gateway.budget import Budget
 from sandlot.gateway.generation import GenerationSettings
 from sandlot.gateway.health import ProviderFailure
 from sandlot.gateway.routing import RouteConfig, Router
@@ -57,6 +58,9 @@ class ModelRoute:
     route: RouteConfig
     provider_keys: dict[str, str] = field(default_factory=dict)
     generation: GenerationSettings = field(default_factory=GenerationSettings)
+    #: The job's budget (--max-job-*), held by the node's gateway against its own spend
+    #: plus what the driver says was spent elsewhere.
+    job_budget: Budget = field(default_factory=Budget)
 
 
 @dataclass(frozen=True)
@@ -103,6 +107,10 @@ class TrialOutcome:
     #: The trial's folder, result.json excepted (shipping.pack_tree).
     archive: bytes
     omitted: tuple[str, ...] = ()
+    #: The node's gateway's spend in all, as the try ended: the driver counts it before
+    #: the next try starts anywhere.
+    spent_tokens: int = 0
+    spent_cost_usd: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -135,6 +143,7 @@ class NodeService:
         self._live: dict[str, TrialLive] = {}
         self._cancelled: set[str] = set()
         self._stored: set[str] = set()
+        self._watch: asyncio.Task[None] | None = None
 
     async def start(self) -> NodeInfo:
         """Make the backend (SandboxError if sandboxes cannot run here), clear what a killed
@@ -153,8 +162,9 @@ class NodeService:
         if spec.model_route is not None:
             route = spec.model_route
             self._gateway = Gateway(Router(route.route, env=route.provider_keys),
-                                    generation=route.generation)
+                                    generation=route.generation, job_budget=route.job_budget)
             await self._gateway.start()
+            self._watch = asyncio.create_task(self._stop_when_the_job_must(self._gateway))
         masked = tuple(p for p in (*spec.settings.masked_paths, spec.work_dir, cache_dir))
         self._settings = dataclasses.replace(spec.settings, gateway=self._gateway,
                                              cache_dir=cache_dir, masked_paths=masked,
@@ -181,7 +191,7 @@ class NodeService:
     async def run(self, call: TrialCall) -> TrialOutcome | None:
         """Run one try; None if it was cancelled before it started here."""
         assert self._settings is not None and self._backend is not None, "start() first"
-        if call.id in self._cancelled:
+        if call.id in self._cancelled or self._job_stopped():
             return None
         folder = self._trials_dir / call.id
         task = relocate(call.task, self._tasks_dir / call.task_digest)
@@ -208,7 +218,33 @@ class NodeService:
         packed = await asyncio.to_thread(pack_tree, plan.dir, max_bytes=cap,
                                          exclude=frozenset({"result.json"}))
         await asyncio.to_thread(remove_tree, folder, ignore_errors=True)
-        return TrialOutcome(result.model_dump_json(), packed.data, packed.omitted)
+        spend = self._gateway.job_spend if self._gateway is not None else None
+        return TrialOutcome(result.model_dump_json(), packed.data, packed.omitted,
+                            spend.tokens if spend else 0, spend.cost_usd if spend else 0.0)
+
+    def _job_stopped(self) -> bool:
+        gateway = self._gateway
+        return gateway is not None and (gateway.job_spend.reason is not None
+                                        or gateway.health.fatal is not None)
+
+    async def _stop_when_the_job_must(self, gateway: Gateway) -> None:
+        """As a local job does (job._stop_early): once the job's budget is spent or the
+        provider refused the job, the running trials stop (each records why) and no more
+        start here. The driver stops the job too, as soon as it hears."""
+        waits = {asyncio.ensure_future(gateway.job_spend.wait_reached()),
+                 asyncio.ensure_future(gateway.health.wait_fatal())}
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for wait in waits:
+                wait.cancel()
+        for trial in self._running.values():
+            trial.cancel()
+
+    def count_elsewhere(self, tokens: int, cost_usd: float) -> None:
+        """What the job spent where this node cannot see (the driver's sum of the others)."""
+        if self._gateway is not None:
+            self._gateway.job_spend.count_elsewhere(tokens, cost_usd)
 
     def cancel(self, call_id: str) -> None:
         """Stop a running try (it records itself as cancelled), or refuse it if it has not
@@ -243,6 +279,8 @@ class NodeService:
             trial.cancel()
         if running:
             await asyncio.wait(running)
+        if self._watch is not None:
+            self._watch.cancel()
         if self._gateway is not None:
             with contextlib.suppress(Exception):
                 await self._gateway.stop()

@@ -43,7 +43,7 @@ from sandlot.trial import TrialPlan
 
 #: What `--ray` says when Ray is not installed.
 RAY_MISSING = ("--ray needs Ray, an optional dependency: pip install -e '.[ray]' in "
-               "sandlot's folder (or pip install 'ray>=2.9' into sandlot's environment)")
+               "sandlot's folder (or pip install 'ray>=2.30' into sandlot's environment)")
 #: How often the driver asks each node for its running trials' live state.
 POLL_SEC = 0.5
 #: A task folder larger than this is not shipped (its trials fail with the reason).
@@ -162,6 +162,9 @@ class NodeActor:
 
     async def refuse_spending(self, reason: str) -> None:
         self._service.refuse_spending(reason)
+
+    async def count_elsewhere(self, tokens: int, cost_usd: float) -> None:
+        self._service.count_elsewhere(tokens, cost_usd)
 
     async def report(self) -> NodeReport:
         return self._service.report()
@@ -301,6 +304,8 @@ class RayExecutor:
         self._refused = False
         self._said_no_node = False
         self._cancelled: set[int] = set()
+        #: Tickets whose try has left the queue (on_start said yes).
+        self._started: set[int] = set()
         self._closed = False
         self._poller = asyncio.create_task(self._poll(), name="ray node poller")
 
@@ -326,12 +331,14 @@ class RayExecutor:
         self._cancel(ticket.id)
 
     def _cancel(self, ticket_id: int) -> None:
+        """Queued: the try never starts. Running on a node: it records itself as cancelled
+        and returns. Between (its result arriving, its node just lost): it stops there."""
         self._cancelled.add(ticket_id)
         sent = self._sent.get(ticket_id)
         if sent is not None:
             node, call_id = sent
-            node.actor.cancel.remote(call_id)  # the try records itself and returns
-        elif (task := self._tries.get(ticket_id)) is not None:
+            node.actor.cancel.remote(call_id)
+        elif ticket_id not in self._started and (task := self._tries.get(ticket_id)):
             task.cancel()
 
     async def aclose(self) -> None:
@@ -373,6 +380,9 @@ class RayExecutor:
         while True:
             try:
                 node = await self._pool.acquire(first=bool(requeued))
+                if requeued and (ticket.id in self._cancelled or self._closed):
+                    self._pool.release(node)
+                    return None  # cancelled while it waited to run again: it runs on resume
             except NoNodeLeft:
                 self._say_no_node()
                 if live is None:
@@ -391,6 +401,7 @@ class RayExecutor:
                         raise
                     if not request.on_start(live):
                         return None
+                    self._started.add(ticket.id)
                 else:
                     live.node = node.host
                     live.set_phase("queued")
@@ -398,7 +409,7 @@ class RayExecutor:
                 done = await self._call(ticket, request, node, live, digest)
             except _NodeLost as lost:
                 requeued.append(lost.record(live))
-                if ticket.id in self._cancelled:
+                if ticket.id in self._cancelled or self._closed:
                     return None  # cancelled as its node left: it runs on resume
                 if len(requeued) > MAX_REQUEUES:
                     return self._failed(plan, node, f"{lost}; run on {len(requeued)} nodes "
@@ -428,9 +439,16 @@ class RayExecutor:
                          try_number=request.try_number, gateway_key=new_trial_key())
         self._live[call.id] = live
         self._sent[ticket.id] = (node, call.id)
+        self._tell_elsewhere(node)  # (Ray runs one caller's calls to an actor in order)
         try:
             outcome = await node.actor.run.remote(call)
         except self._ray.exceptions.RayActorError as exc:
+            # Dead, or unreachable (which may pass): either way its result is lost, and a
+            # node that drops calls gets no more. An unreachable one is told to stop the try,
+            # so it does not spend on beside the rerun.
+            if isinstance(exc, self._ray.exceptions.ActorUnavailableError):
+                with contextlib.suppress(Exception):
+                    node.actor.cancel.remote(call.id)
             self._pool.lost(node)
             raise _NodeLost(node.host, _first_line(exc)) from exc
         finally:
@@ -438,9 +456,16 @@ class RayExecutor:
             self._live.pop(call.id, None)
         if outcome is None:
             return None
+        if self.spend is not None:
+            self.spend.absorb(node.where.node_id, outcome.spent_tokens, outcome.spent_cost_usd)
         result = TrialResult.model_validate_json(outcome.result_json)
         result.node = node.host
         return result, outcome.archive
+
+    def _tell_elsewhere(self, node: _Node) -> None:
+        """Send `node` the job's spend its gateway did not count (a job with a budget)."""
+        if self.spend is not None and self.spend.job_spend.budget:
+            node.actor.count_elsewhere.remote(*self.spend.elsewhere(node.where.node_id))
 
     def _say_no_node(self) -> None:
         if not self._said_no_node:
@@ -494,12 +519,18 @@ class RayExecutor:
             reports = await asyncio.gather(*(node.actor.report.remote() for node in nodes),
                                            return_exceptions=True)
             for node, report in zip(nodes, reports, strict=True):
-                if isinstance(report, self._ray.exceptions.RayActorError):
-                    self._pool.lost(node)
+                if isinstance(report, self._ray.exceptions.ActorDiedError):
+                    self._pool.lost(node)  # (an unreachable one may come back)
                 if isinstance(report, BaseException):
                     log.debug("node %s did not report: %s", node.host, report)
                     continue
-                self._absorb(node, report)
+                try:
+                    self._absorb(node, report)
+                except Exception:  # a bad report must not end the polling of the others
+                    log.exception("node %s: its report could not be read", node.host)
+            for node in nodes:
+                if node.alive:
+                    self._tell_elsewhere(node)
 
     def _absorb(self, node: _Node, report: NodeReport) -> None:
         for call_id, state in report.trials.items():
@@ -509,7 +540,7 @@ class RayExecutor:
             self._notify(f"node {node.host}: {note}")
         if self.spend is None:
             return
-        self.spend.absorb(node.where.node_id, report)
+        self.spend.absorb_report(node.where.node_id, report)
         if self.spend.job_spend.reason is not None and not self._refused:
             self._refused = True
             for other in self._nodes:

@@ -51,11 +51,17 @@ class Budget:
 @dataclass
 class JobSpend:
     """The job's spend so far (trials of an earlier run included, for a resume) against
-    its budget; `reached` is set once, when the budget is used up."""
+    its budget; `reached` is set once, when the budget is used up.
+
+    `tokens` and `cost_usd` are what was counted here; `elsewhere_*` what was spent where
+    this gateway cannot see (a cluster's other nodes, as the driver last summed them): the
+    budget holds against both."""
 
     budget: Budget
     tokens: int = 0
     cost_usd: float = 0.0
+    elsewhere_tokens: int = 0
+    elsewhere_cost_usd: float = 0.0
 
     def __post_init__(self) -> None:
         self.reached_event = asyncio.Event()
@@ -67,9 +73,15 @@ class JobSpend:
         self.cost_usd += cost_usd or 0.0
         self._check()
 
+    def count_elsewhere(self, tokens: int, cost_usd: float) -> None:
+        """What was spent elsewhere, in all (it replaces the last figure)."""
+        self.elsewhere_tokens, self.elsewhere_cost_usd = tokens, cost_usd
+        self._check()
+
     def _check(self) -> None:
         if self.reason is None and self.budget:
-            how = self.budget.reached(self.tokens, self.cost_usd)
+            how = self.budget.reached(self.tokens + self.elsewhere_tokens,
+                                      self.cost_usd + self.elsewhere_cost_usd)
             if how is not None:
                 self.reason = (f"the job's budget ({self.budget.describe()}) was reached: "
                                f"{how} spent")
