@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from ray_support import two_node_cluster
+from ray_support import same_as_a_local_run, two_node_cluster
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -26,16 +26,6 @@ def load(path: Path) -> dict:
     return json.loads(path.read_text())
 
 
-def results(job: Path) -> dict[str, dict]:
-    return {p.parent.name: load(p) for p in sorted(job.glob("*/result.json"))}
-
-
-def outcome(result: dict) -> tuple:
-    usage = result["usage"] or {}
-    return (result["reward"], result["passed"], result["error"], result["tries"],
-            usage.get("total_tokens"), usage.get("n_requests"))
-
-
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("agent", [["--agent", "oracle"],
                                    ["--agent", "builtin", "--model", "scripted/solver"]],
@@ -45,14 +35,8 @@ def test_examples_on_two_nodes_run_once_each_and_equal_a_local_run(run_cli, exam
     proc = run_cli("run", str(examples_dir), *agent, "--ray", cluster.address,
                    "--jobs-dir", str(tmp_path), "--job-name", "spread")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    local = run_cli("run", str(examples_dir), *agent, "-n", "2",
-                    "--jobs-dir", str(tmp_path), "--job-name", "here")
-    assert local.returncode == 0, local.stdout + local.stderr
-
-    spread, here = results(tmp_path / "spread"), results(tmp_path / "here")
-    n_tasks = len(list(examples_dir.glob("*/task.toml")))
-    assert len(spread) == n_tasks and set(spread) == set(here)
-    assert {n: outcome(r) for n, r in spread.items()} == {n: outcome(r) for n, r in here.items()}
+    spread, _ = same_as_a_local_run(run_cli, examples_dir, tmp_path, agent, "spread")
+    n_tasks = len(spread)
     # every trial once: one start line each, and no retries
     for name in spread:
         assert proc.stdout.count(f"started {name}") == 1, proc.stdout

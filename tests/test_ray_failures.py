@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from conftest import REPO, sandlot_cmd, write_task
-from ray_support import two_node_cluster
+from ray_support import results, two_node_cluster
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -46,10 +46,6 @@ def wait_for(predicate: Callable[[], bool], timeout: float = 120.0) -> None:
     while not predicate():
         assert time.monotonic() < deadline, "timed out waiting"
         time.sleep(0.1)
-
-
-def results(job: Path) -> dict[str, dict]:
-    return {p.parent.name: json.loads(p.read_text()) for p in sorted(job.glob("*/result.json"))}
 
 
 def cli(cache_dir: Path, tasks: Path, jobs: Path, address: str) -> tuple[list[str], dict]:

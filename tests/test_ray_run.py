@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from ray_support import results, same_as_a_local_run
+
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
@@ -15,20 +17,10 @@ def load(path: Path) -> dict:
     return json.loads(path.read_text())
 
 
-def results(job: Path) -> dict[str, dict]:
-    return {p.parent.name: load(p) for p in sorted(job.glob("*/result.json"))}
-
-
 def files(trial: Path) -> set[Path]:
     """The trial's files, but the build log: only the first run that builds a layer has one."""
     return {p.relative_to(trial) for p in trial.rglob("*")
             if p.is_file() and p.relative_to(trial) != Path("setup/build.log")}
-
-
-def outcome(result: dict) -> tuple:
-    usage = result["usage"] or {}
-    return (result["reward"], result["passed"], result["error"], result["tries"],
-            usage.get("total_tokens"), usage.get("n_requests"))
 
 
 @pytest.mark.timeout(600)
@@ -41,15 +33,8 @@ def test_examples_on_ray_equal_a_local_run(run_cli, examples_dir, tmp_path, agen
     assert ray.returncode == 0, ray.stdout + ray.stderr
     assert "on Ray (local)" in ray.stdout
     assert "WARNING" not in ray.stderr, ray.stderr  # Ray's own chatter stays out
-    local = run_cli("run", str(examples_dir), *agent, "-n", "2",
-                    "--jobs-dir", str(tmp_path), "--job-name", "here")
-    assert local.returncode == 0, local.stdout + local.stderr
-
-    on_ray, here = results(tmp_path / "on-ray"), results(tmp_path / "here")
-    n_tasks = len(list(examples_dir.glob("*/task.toml")))
-    assert len(on_ray) == n_tasks and set(on_ray) == set(here)
-    assert {name: outcome(r) for name, r in on_ray.items()} == \
-        {name: outcome(r) for name, r in here.items()}
+    on_ray, _ = same_as_a_local_run(run_cli, examples_dir, tmp_path, agent, "on-ray")
+    n_tasks = len(on_ray)
     for name, result in on_ray.items():
         trial = tmp_path / "on-ray" / name
         assert result["trial_name"] == name and result["passed"]

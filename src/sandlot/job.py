@@ -38,7 +38,8 @@ MAX_BACKOFF_SEC = 30.0
 
 #: Makes the job's executor from its trial settings; None: the local pool. It may return
 #: an executor with a `spend` (the job's spend and provider state, as a gateway has them:
-#: a cluster's nodes run the gateways); raises JobSetupError when it cannot start.
+#: a cluster's nodes run the gateways) and `nodes` (their live state, for the observer).
+#: What it raises when it cannot start goes to run_job's caller (ClusterError for Ray).
 ExecutorFactory = Callable[["TrialSettings"], Awaitable[TrialExecutor]]
 
 

@@ -9,9 +9,11 @@ tests/executor_contract.py is what any implementation must pass.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+import itertools
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from sandlot.live import TrialLive
 from sandlot.models import TrialResult
@@ -77,3 +79,39 @@ class TrialExecutor(Protocol):
     def cancel(self, ticket: TrialTicket) -> None: ...
 
     async def aclose(self) -> None: ...
+
+
+class TryTasks:
+    """An executor's tries, one asyncio task each, by ticket: the bookkeeping of `submit`,
+    `result` and `aclose` that every executor shares."""
+
+    def __init__(self) -> None:
+        self._ids = itertools.count(1)
+        self.tasks: dict[int, asyncio.Task[TrialResult | None]] = {}
+        self.closed = False
+
+    def start(self, request: TrialRequest,
+              run: Callable[[TrialTicket], Coroutine[Any, Any, TrialResult | None]]
+              ) -> TrialTicket:
+        if self.closed:
+            raise ExecutorClosed("this executor was closed; no trial can be submitted")
+        ticket = TrialTicket(next(self._ids), request.plan.name, request.try_number)
+        self.tasks[ticket.id] = asyncio.create_task(
+            run(ticket), name=f"trial {ticket.trial_name} try {ticket.try_number}")
+        return ticket
+
+    async def result(self, ticket: TrialTicket) -> TrialResult | None:
+        task = self.tasks[ticket.id]
+        await asyncio.wait({task})  # unlike `await task`, a cancelled wait leaves it running
+        del self.tasks[ticket.id]
+        return None if task.cancelled() else task.result()
+
+    async def settle(self) -> None:
+        """Wait for every try still running (once each was told to stop)."""
+        running = [task for task in self.tasks.values() if not task.done()]
+        if running:
+            # Not gather: a second cancellation of this wait must not cut their cleanup.
+            await asyncio.wait(running)
+        for task in self.tasks.values():
+            if task.done() and not task.cancelled():
+                task.exception()  # retrieved: a result nobody awaits is dropped quietly

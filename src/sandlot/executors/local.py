@@ -4,11 +4,10 @@ in a sandbox of the backend given (local namespaces, or a container engine)."""
 from __future__ import annotations
 
 import asyncio
-import itertools
 from collections.abc import Callable
 
 from sandlot.agents.base import Agent
-from sandlot.executors.base import ExecutorClosed, TrialRequest, TrialTicket
+from sandlot.executors.base import TrialRequest, TrialTicket, TryTasks
 from sandlot.live import TrialLive
 from sandlot.models import TrialResult
 from sandlot.sandbox.base import SandboxBackend
@@ -30,44 +29,28 @@ class LocalExecutor:
         self._make_agent, self._verifier = make_agent, verifier
         self._slots = slots
         self._free = asyncio.Semaphore(slots)
-        self._tries: dict[int, asyncio.Task[TrialResult | None]] = {}
-        self._ids = itertools.count(1)
-        self._closed = False
+        self._tries = TryTasks()
 
     @property
     def slots(self) -> int:
         return self._slots
 
     def submit(self, request: TrialRequest) -> TrialTicket:
-        if self._closed:
-            raise ExecutorClosed("this executor was closed; no trial can be submitted")
-        ticket = TrialTicket(next(self._ids), request.plan.name, request.try_number)
-        self._tries[ticket.id] = asyncio.create_task(
-            self._run(request), name=f"trial {ticket.trial_name} try {ticket.try_number}")
-        return ticket
+        return self._tries.start(request, lambda ticket: self._run(request))
 
     async def result(self, ticket: TrialTicket) -> TrialResult | None:
-        task = self._tries[ticket.id]
-        await asyncio.wait({task})  # unlike `await task`, a cancelled wait leaves it running
-        del self._tries[ticket.id]
-        return None if task.cancelled() else task.result()
+        return await self._tries.result(ticket)
 
     def cancel(self, ticket: TrialTicket) -> None:
-        task = self._tries.get(ticket.id)
+        task = self._tries.tasks.get(ticket.id)
         if task is not None:
             task.cancel()
 
     async def aclose(self) -> None:
-        self._closed = True
-        running = [task for task in self._tries.values() if not task.done()]
-        for task in running:
+        self._tries.closed = True
+        for task in self._tries.tasks.values():
             task.cancel()
-        if running:
-            # Not gather: a second cancellation of this wait must not cut their cleanup.
-            await asyncio.wait(running)
-        for task in self._tries.values():
-            if task.done() and not task.cancelled():
-                task.exception()  # retrieved: a result nobody awaits is dropped quietly
+        await self._tries.settle()
 
     async def _run(self, request: TrialRequest) -> TrialResult | None:
         plan = request.plan

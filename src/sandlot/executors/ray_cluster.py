@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import logging
 import os
 import secrets
@@ -28,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from sandlot.errors import ErrorKind, default_cause
-from sandlot.executors.base import ExecutorClosed, TrialRequest, TrialTicket
+from sandlot.executors.base import TrialRequest, TrialTicket, TryTasks
 from sandlot.executors.cluster_spend import ClusterSpend
 from sandlot.executors.live_mirror import apply
 from sandlot.executors.node import NodeInfo, NodeReport, NodeService, NodeSpec, TrialCall
@@ -293,8 +292,7 @@ class RayExecutor:
         self.spend = spend
         self._notify = notify
         self._identity = trial_identity
-        self._ids = itertools.count(1)
-        self._tries: dict[int, asyncio.Task[TrialResult | None]] = {}
+        self._tries = TryTasks()
         #: ticket id -> (node, call id) once a try was sent to its node.
         self._sent: dict[int, tuple[_Node, str]] = {}
         #: call id -> the driver's live view of it.
@@ -314,18 +312,10 @@ class RayExecutor:
         return self._slots
 
     def submit(self, request: TrialRequest) -> TrialTicket:
-        if self._closed:
-            raise ExecutorClosed("this executor was closed; no trial can be submitted")
-        ticket = TrialTicket(next(self._ids), request.plan.name, request.try_number)
-        self._tries[ticket.id] = asyncio.create_task(
-            self._run(ticket, request), name=f"trial {ticket.trial_name} try {ticket.try_number}")
-        return ticket
+        return self._tries.start(request, lambda ticket: self._run(ticket, request))
 
     async def result(self, ticket: TrialTicket) -> TrialResult | None:
-        task = self._tries[ticket.id]
-        await asyncio.wait({task})
-        del self._tries[ticket.id]
-        return None if task.cancelled() else task.result()
+        return await self._tries.result(ticket)
 
     def cancel(self, ticket: TrialTicket) -> None:
         self._cancel(ticket.id)
@@ -338,19 +328,14 @@ class RayExecutor:
         if sent is not None:
             node, call_id = sent
             node.actor.cancel.remote(call_id)
-        elif ticket_id not in self._started and (task := self._tries.get(ticket_id)):
+        elif ticket_id not in self._started and (task := self._tries.tasks.get(ticket_id)):
             task.cancel()
 
     async def aclose(self) -> None:
-        self._closed = True
-        running = [task for task in self._tries.values() if not task.done()]
-        for ticket_id in list(self._tries):
+        self._closed = self._tries.closed = True
+        for ticket_id in list(self._tries.tasks):
             self._cancel(ticket_id)
-        if running:
-            await asyncio.wait(running)
-        for task in self._tries.values():
-            if task.done() and not task.cancelled():
-                task.exception()
+        await self._tries.settle()
         if self._poller is not None:
             self._poller.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -385,16 +370,18 @@ class RayExecutor:
                     return None  # cancelled while it waited to run again: it runs on resume
             except NoNodeLeft:
                 self._say_no_node()
-                if live is None:
+                if ticket.id not in self._started:
                     return None  # never started: it runs on resume
                 return self._failed(plan, None, "every node of the job left the cluster",
                                     requeued)
             try:
-                if live is None:
+                if ticket.id not in self._started:
                     live = TrialLive(plan.name, plan.task.name, plan.attempt,
                                      request.try_number, node=node.host)
                     try:
                         digest = await self._ship(node, plan.task)
+                    except _NodeLost:
+                        raise
                     except Exception:
                         if not request.on_start(live):
                             return None
@@ -403,11 +390,14 @@ class RayExecutor:
                         return None
                     self._started.add(ticket.id)
                 else:
+                    assert live is not None
                     live.node = node.host
                     live.set_phase("queued")
                     digest = await self._ship(node, plan.task)
                 done = await self._call(ticket, request, node, live, digest)
             except _NodeLost as lost:
+                if ticket.id not in self._started:
+                    continue  # lost while its task was sent: it had not started, so no record
                 requeued.append(lost.record(live))
                 if ticket.id in self._cancelled or self._closed:
                     return None  # cancelled as its node left: it runs on resume
@@ -481,7 +471,15 @@ class RayExecutor:
         digest = await asyncio.shield(self._digests[task.path])
         if digest not in node.tasks:
             node.tasks[digest] = asyncio.ensure_future(self._send(node, task, digest))
-        await asyncio.shield(node.tasks[digest])
+        sending = node.tasks[digest]
+        try:
+            await asyncio.shield(sending)
+        except self._ray.exceptions.RayActorError as exc:
+            self._pool.lost(node)
+            raise _NodeLost(node.host, _first_line(exc)) from exc
+        finally:
+            if sending.done() and not sending.cancelled() and sending.exception() is not None:
+                node.tasks.pop(digest, None)  # a later try sends it again
         return digest
 
     async def _send(self, node: _Node, task: Task, digest: str) -> None:
